@@ -1,0 +1,2 @@
+//! The `kiln` command. Thin: parses arguments and composes the crates.
+fn main() {}

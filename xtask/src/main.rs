@@ -1,0 +1,2 @@
+//! `cargo xtask`: the project's single gate and home of its suites.
+fn main() {}
