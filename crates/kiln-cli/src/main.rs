@@ -1,2 +1,53 @@
 //! The `kiln` command. Thin: parses arguments and composes the crates.
-fn main() {}
+
+mod error;
+mod generate;
+mod inspect;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::error::CliError;
+
+/// Kiln: run large language models from GGUF files on CPUs.
+#[derive(Parser, Debug)]
+#[command(name = "kiln", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Generate text from a prompt, streaming it to stdout.
+    Generate(generate::GenerateArgs),
+    /// Print a GGUF file's metadata and tensor table.
+    Inspect {
+        /// The GGUF file, or a known model name.
+        file: String,
+        /// Print long values (chat templates, arrays) in full.
+        #[arg(long)]
+        full: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result: Result<(), CliError> = match cli.command {
+        Command::Generate(args) => generate::run(args),
+        Command::Inspect { file, full } => (|| {
+            let path = kiln_hub::resolve(&file)?;
+            let stdout = std::io::stdout();
+            inspect::run(&path, full, &mut stdout.lock())?;
+            Ok(())
+        })(),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,1 +1,81 @@
-//! kiln-quant
+//! # kiln-quant
+//!
+//! GGML block formats and the arithmetic on them: dequantization, conversion of activations
+//! to the type each weight type is dotted with (`vec_dot_type`), integer dot products, and the
+//! matrix products the model runs on (GEMV at decode, a cache-blocked GEMM at prefill).
+//!
+//! **Owns:** the `#[repr(C)]` block layouts ([`blocks`]), a scalar reference kernel for
+//! everything, SIMD kernels chosen once at run time ([`Isa`], [`kernels`], `KILN_ISA`), and
+//! [`matmul`].
+//!
+//! **Must never:** know about models, tensors' names or files; allocate inside a kernel or a
+//! matmul once its [`MatmulScratch`] has grown; detect CPU features per call; silently run a
+//! different ISA than the one requested; produce an output that depends on batch size,
+//! tiling or thread count.
+//!
+//! ## Fidelity to ggml
+//! Outputs are compared token for token with llama.cpp's x86 build, so activations are
+//! quantized as ggml's AVX2 code does (see `scalar::act`) and the AVX2 dot kernels perform
+//! ggml's AVX2 operations in the same order. The scalar kernels are the readable oracle: the
+//! same quantized activations bit for bit, dot products equal up to float summation order.
+//!
+//! ## Kernel coverage
+//! Which ISA implements what (also [`Kernels::implementations`], checked by a test):
+//!
+//! | kernel | scalar | avx2 |
+//! |---|---|---|
+//! | quantize Q8_0, Q8_1, F16 | ✓ | ✓ |
+//! | quantize Q8_K, BF16, F32 | ✓ | scalar (ggml's x86 build also uses scalar code) |
+//! | dequantize F16, BF16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K | ✓ | ✓ |
+//! | dequantize F32 | ✓ | scalar (a copy) |
+//! | dot, dot4 of every weight type | ✓ | ✓ |
+//!
+//! AVX-512/VNNI and NEON tables come later; until then `KILN_ISA=avx512|neon` is an error.
+
+pub mod blocks;
+mod error;
+mod isa;
+mod kernels;
+mod matmul;
+mod types;
+
+mod arch;
+mod scalar;
+
+pub use error::QuantError;
+pub use isa::{Isa, IsaError, active_isa, available_isas, select_isa, try_active_isa};
+pub use kernels::{KernelImpl, Kernels, kernels, kernels_for};
+pub use kiln_format::GgmlType;
+pub use matmul::{MatmulScratch, QMatrix, matmul, matmul_prepared, matmul_prepared_with};
+
+use types::{AType, WType};
+
+/// Whether kiln-quant can compute with `ty` (dequantize it and dot it with activations).
+pub fn is_supported(ty: GgmlType) -> bool {
+    WType::of(ty).is_some()
+}
+
+/// Every weight type kiln-quant computes with.
+pub fn supported_types() -> Vec<GgmlType> {
+    WType::ALL.iter().map(|w| w.ggml()).collect()
+}
+
+/// The type activations are converted to before a dot product with weights of type `ty`
+/// (ggml's `vec_dot_type`): Q4_0/Q5_0/Q8_0 → Q8_0, Q4_1 → Q8_1, Q4_K/Q6_K → Q8_K, and the
+/// float types to themselves.
+pub fn vec_dot_type(ty: GgmlType) -> Result<GgmlType, QuantError> {
+    WType::of(ty)
+        .map(|w| w.act().ggml())
+        .ok_or(QuantError::unsupported(ty))
+}
+
+/// Whether `ty` is an activation type (F32, F16, BF16, Q8_0, Q8_1, Q8_K).
+pub fn is_activation_type(ty: GgmlType) -> bool {
+    AType::of(ty).is_some()
+}
+
+/// Dequantizes whole blocks of `ty` from `src` into `dst` (`dst.len()` elements), with the
+/// active kernels.
+pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantError> {
+    kernels().dequantize(ty, src, dst)
+}

@@ -1,0 +1,279 @@
+//! `kiln inspect`: a readable dump of a GGUF file — header, metadata, tensor table and
+//! per-type totals. Long strings and arrays are abbreviated unless `full` is set.
+
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+use std::path::Path;
+
+use kiln_format::{Array, FormatError, GgmlType, GgufFile, Value};
+
+/// Array elements shown before `…` when not `full`.
+const SHOWN_ELEMS: usize = 5;
+/// Characters of a string shown before `…` when not `full`.
+const SHOWN_CHARS: usize = 80;
+
+/// Opens the GGUF file at `path` and prints its report to `out`.
+pub fn run(path: &Path, full: bool, out: &mut dyn Write) -> Result<(), FormatError> {
+    let file = GgufFile::open(path)?;
+    print(&file, &path.display().to_string(), full, out)
+}
+
+/// Prints the report for an already opened file; `name` is shown as the file name.
+pub fn print(
+    file: &GgufFile,
+    name: &str,
+    full: bool,
+    out: &mut dyn Write,
+) -> Result<(), FormatError> {
+    report(file, name, full, out).map_err(|source| FormatError::Write { source })
+}
+
+fn report(file: &GgufFile, name: &str, full: bool, out: &mut dyn Write) -> io::Result<()> {
+    let tensors = file.tensors();
+    writeln!(out, "file:         {name}")?;
+    writeln!(
+        out,
+        "size:         {} bytes ({})",
+        file.file_size(),
+        human_bytes(file.file_size())
+    )?;
+    writeln!(out, "version:      {}", file.version())?;
+    writeln!(out, "alignment:    {}", file.alignment())?;
+    writeln!(out, "tensors:      {}", tensors.len())?;
+    writeln!(out, "data offset:  {}", file.data_offset())?;
+
+    let md = file.metadata();
+    writeln!(out)?;
+    writeln!(out, "metadata ({} entries):", md.len())?;
+    let key_w = md.iter().map(|(k, _)| k.chars().count()).max().unwrap_or(0);
+    for (key, value) in md.iter() {
+        let ty = match value {
+            Value::Array(_) => "array",
+            v => v.type_name(),
+        };
+        writeln!(out, "  {key:<key_w$}  {ty:<6}  {}", fmt_value(value, full))?;
+    }
+
+    writeln!(out)?;
+    writeln!(out, "tensors ({}):", tensors.len())?;
+    let shapes: Vec<String> = tensors.iter().map(|t| fmt_shape(&t.dims)).collect();
+    let name_w = tensors
+        .iter()
+        .map(|t| t.name.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(4);
+    let shape_w = shapes
+        .iter()
+        .map(|s| s.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(5);
+    let bytes_w = tensors
+        .iter()
+        .map(|t| t.n_bytes.to_string().len())
+        .max()
+        .unwrap_or(0)
+        .max(5);
+    writeln!(
+        out,
+        "  {:<name_w$}  {:<7}  {:<shape_w$}  {:>bytes_w$}",
+        "name", "type", "shape", "bytes"
+    )?;
+    for (t, shape) in tensors.iter().zip(&shapes) {
+        writeln!(
+            out,
+            "  {:<name_w$}  {:<7}  {shape:<shape_w$}  {:>bytes_w$}",
+            t.name,
+            t.ty.name(),
+            t.n_bytes
+        )?;
+    }
+
+    #[derive(Default)]
+    struct Total {
+        tensors: u64,
+        elements: u64,
+        bytes: u64,
+    }
+    let mut by_type: BTreeMap<GgmlType, Total> = BTreeMap::new();
+    for t in tensors {
+        let e = by_type.entry(t.ty).or_default();
+        e.tensors += 1;
+        e.elements = e.elements.saturating_add(t.n_elements());
+        e.bytes = e.bytes.saturating_add(t.n_bytes);
+    }
+    writeln!(out)?;
+    writeln!(out, "totals by type:")?;
+    writeln!(
+        out,
+        "  {:<7}  {:>7}  {:>13}  {:>13}",
+        "type", "tensors", "elements", "bytes"
+    )?;
+    let mut all = Total::default();
+    for (ty, t) in &by_type {
+        writeln!(
+            out,
+            "  {:<7}  {:>7}  {:>13}  {:>13}  ({})",
+            ty.name(),
+            t.tensors,
+            t.elements,
+            t.bytes,
+            human_bytes(t.bytes)
+        )?;
+        all.tensors += t.tensors;
+        all.elements = all.elements.saturating_add(t.elements);
+        all.bytes = all.bytes.saturating_add(t.bytes);
+    }
+    writeln!(
+        out,
+        "  {:<7}  {:>7}  {:>13}  {:>13}  ({})",
+        "total",
+        all.tensors,
+        all.elements,
+        all.bytes,
+        human_bytes(all.bytes)
+    )?;
+    Ok(())
+}
+
+fn fmt_shape(dims: &[u64]) -> String {
+    dims.iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(" × ")
+}
+
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut x = n as f64;
+    let mut unit = 0;
+    while x >= 1024.0 && unit + 1 < UNITS.len() {
+        x /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{x:.1} {}", UNITS[unit])
+    }
+}
+
+/// A quoted, escaped string, cut to [`SHOWN_CHARS`] characters unless `full`.
+fn fmt_str(s: &str, full: bool) -> String {
+    let n = s.chars().count();
+    if full || n <= SHOWN_CHARS {
+        return format!("{s:?}");
+    }
+    let head: String = s.chars().take(SHOWN_CHARS).collect();
+    let quoted = format!("{head:?}");
+    format!("{}…\" ({n} chars)", &quoted[..quoted.len() - 1])
+}
+
+fn fmt_value(v: &Value, full: bool) -> String {
+    match v {
+        Value::U8(x) => x.to_string(),
+        Value::I8(x) => x.to_string(),
+        Value::U16(x) => x.to_string(),
+        Value::I16(x) => x.to_string(),
+        Value::U32(x) => x.to_string(),
+        Value::I32(x) => x.to_string(),
+        Value::U64(x) => x.to_string(),
+        Value::I64(x) => x.to_string(),
+        Value::F32(x) => format!("{x:?}"),
+        Value::F64(x) => format!("{x:?}"),
+        Value::Bool(x) => x.to_string(),
+        Value::String(s) => fmt_str(s, full),
+        Value::Array(a) => fmt_array(a, full),
+    }
+}
+
+/// `[3 × string] ["a", "b", …]`.
+fn fmt_array(a: &Array, full: bool) -> String {
+    fn items<T>(v: &[T], full: bool, f: impl Fn(&T) -> String) -> String {
+        let shown = if full {
+            v.len()
+        } else {
+            v.len().min(SHOWN_ELEMS)
+        };
+        let mut parts: Vec<String> = v[..shown].iter().map(f).collect();
+        if shown < v.len() {
+            parts.push("…".into());
+        }
+        format!("[{}]", parts.join(", "))
+    }
+    let body = match a {
+        Array::U8(v) => items(v, full, u8::to_string),
+        Array::I8(v) => items(v, full, i8::to_string),
+        Array::U16(v) => items(v, full, u16::to_string),
+        Array::I16(v) => items(v, full, i16::to_string),
+        Array::U32(v) => items(v, full, u32::to_string),
+        Array::I32(v) => items(v, full, i32::to_string),
+        Array::U64(v) => items(v, full, u64::to_string),
+        Array::I64(v) => items(v, full, i64::to_string),
+        Array::F32(v) => items(v, full, |x| format!("{x:?}")),
+        Array::F64(v) => items(v, full, |x| format!("{x:?}")),
+        Array::Bool(v) => items(v, full, bool::to_string),
+        Array::String(v) => items(v, full, |s| fmt_str(s, full)),
+        Array::Array(v) => items(v, full, |inner| fmt_array(inner, full)),
+    };
+    format!("[{} × {}] {body}", a.len(), a.elem_type().name())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_format::GgufWriter;
+
+    fn sample() -> GgufFile {
+        let mut w = GgufWriter::new();
+        w.add_metadata("general.architecture", "llama").unwrap();
+        w.add_metadata("llama.block_count", 30u32).unwrap();
+        let tokens: Vec<String> = (0..100).map(|i| format!("tok{i}")).collect();
+        w.add_metadata("tokenizer.ggml.tokens", tokens).unwrap();
+        w.add_metadata("tokenizer.chat_template", "x".repeat(500))
+            .unwrap();
+        w.add_metadata("t.nested", Array::Array(vec![Array::U8(vec![1, 2])]))
+            .unwrap();
+        w.add_tensor(
+            "token_embd.weight",
+            GgmlType::Q8_0,
+            &[64, 3],
+            vec![0; 6 * 34],
+        )
+        .unwrap();
+        w.add_tensor("norm", GgmlType::F32, &[64], vec![0; 256])
+            .unwrap();
+        GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()
+    }
+
+    fn render(full: bool) -> String {
+        let mut out = Vec::new();
+        print(&sample(), "sample.gguf", full, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn report_abbreviates_arrays_and_long_strings() {
+        let s = render(false);
+        assert!(s.contains("tensors:      2\n"), "{s}");
+        assert!(
+            s.contains(r#"[100 × string] ["tok0", "tok1", "tok2", "tok3", "tok4", …]"#),
+            "{s}"
+        );
+        assert!(
+            s.contains(&format!("\"{}…\" (500 chars)", "x".repeat(80))),
+            "{s}"
+        );
+        assert!(s.contains("[1 × array] [[2 × u8] [1, 2]]"), "{s}");
+        assert!(s.contains("token_embd.weight  Q8_0     64 × 3"), "{s}");
+        assert!(s.contains("  total          2"), "{s}");
+    }
+
+    #[test]
+    fn full_report_shows_everything() {
+        let s = render(true);
+        assert!(s.contains(r#""tok99"]"#), "{s}");
+        assert!(s.contains(&format!("\"{}\"", "x".repeat(500))), "{s}");
+    }
+}

@@ -1,0 +1,37 @@
+//! Errors raised while building or running a model.
+
+use kiln_format::FormatError;
+use kiln_quant::QuantError;
+
+/// What went wrong loading or running a model, with the facts a user needs.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ModelError {
+    /// `general.architecture` names an architecture Kiln does not implement.
+    #[error("unsupported architecture '{arch}'; supported: {}", supported.join(", "))]
+    UnsupportedArchitecture { arch: String, supported: Vec<&'static str> },
+    /// A tensor the architecture needs is not in the file.
+    #[error("missing tensor '{name}'")]
+    MissingTensor { name: String },
+    /// A tensor has a shape other than the configuration implies.
+    #[error("tensor '{tensor}' has shape {found:?}, expected {expected:?} (ggml order)")]
+    ShapeMismatch { tensor: String, expected: Vec<u64>, found: Vec<u64> },
+    /// A tensor is stored in a type the kernels cannot compute with.
+    #[error("tensor '{tensor}' has type {type_name} (id {type_id}), which Kiln cannot compute with")]
+    UnsupportedTensorType { tensor: String, type_id: u32, type_name: &'static str },
+    /// A metadata value is inconsistent (zero heads, head count not dividing, …).
+    #[error("invalid model configuration: {0}")]
+    InvalidConfig(String),
+    /// The sequence would exceed the context the session was created with.
+    #[error("context overflow: {needed} positions needed, the context holds {n_ctx}")]
+    ContextOverflow { needed: usize, n_ctx: usize },
+    /// A token id outside the vocabulary.
+    #[error("token id {id} is outside the vocabulary of {vocab} tokens")]
+    TokenOutOfRange { id: u32, vocab: usize },
+    /// Reading the file or its metadata failed.
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    /// A kernel refused its inputs.
+    #[error(transparent)]
+    Quant(#[from] QuantError),
+}

@@ -1,0 +1,9 @@
+//! Kernels for x86-64 with AVX2 + FMA + F16C. Every function here is
+//! `#[target_feature(enable = "avx2,fma,f16c")]` and reachable only through the
+//! [`AVX2`](super::AVX2) table.
+
+pub(crate) mod act;
+pub(crate) mod dequant;
+pub(crate) mod dot;
+pub(crate) mod dot_k;
+pub(crate) mod util;

@@ -1,0 +1,148 @@
+//! Which instruction set the kernels use: detected once, overridable with `KILN_ISA`.
+
+use std::fmt;
+use std::sync::OnceLock;
+
+/// An instruction-set level Kiln has (or will have) kernels for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Isa {
+    /// Portable Rust; the oracle every other implementation is tested against.
+    Scalar,
+    /// x86-64 with AVX2, FMA and F16C.
+    Avx2,
+    /// x86-64 with AVX-512 F/BW/VL/DQ (kernels: not yet).
+    Avx512,
+    /// aarch64 Advanced SIMD (kernels: not yet).
+    Neon,
+}
+
+impl Isa {
+    /// Every level, from the most portable.
+    pub const ALL: [Isa; 4] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon];
+
+    /// The name `KILN_ISA` accepts.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+            Isa::Neon => "neon",
+        }
+    }
+
+    /// Parses a name (case-insensitive, surrounding blanks ignored).
+    pub fn from_name(name: &str) -> Option<Isa> {
+        let name = name.trim();
+        Isa::ALL.into_iter().find(|i| i.name().eq_ignore_ascii_case(name))
+    }
+
+    /// Whether this CPU can run code for this level (runtime detection).
+    pub fn cpu_has(self) -> bool {
+        match self {
+            Isa::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => {
+                std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+                    && std::arch::is_x86_feature_detected!("f16c")
+            }
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => {
+                std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512bw")
+                    && std::arch::is_x86_feature_detected!("avx512vl")
+                    && std::arch::is_x86_feature_detected!("avx512dq")
+            }
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => std::arch::is_aarch64_feature_detected!("neon"),
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+
+    /// The CPU features this level needs, for error messages.
+    pub fn required_features(self) -> &'static str {
+        match self {
+            Isa::Scalar => "nothing",
+            Isa::Avx2 => "x86-64 avx2 + fma + f16c",
+            Isa::Avx512 => "x86-64 avx512f + avx512bw + avx512vl + avx512dq",
+            Isa::Neon => "aarch64 neon",
+        }
+    }
+}
+
+impl fmt::Display for Isa {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why the requested instruction set cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum IsaError {
+    #[error("KILN_ISA={value:?} is not an instruction set Kiln knows (expected one of: scalar, avx2, avx512, neon)")]
+    UnknownName { value: String },
+    #[error("KILN_ISA={isa} was requested but this CPU lacks it (needs {needs})")]
+    NotOnThisCpu { isa: Isa, needs: &'static str },
+    #[error("KILN_ISA={isa} was requested; this CPU has it but Kiln has no {isa} kernels yet (available here: {available})")]
+    NoKernels { isa: Isa, available: String },
+}
+
+/// The ISAs whose kernels can run on this machine, most capable first.
+pub fn available_isas() -> Vec<Isa> {
+    let mut v: Vec<Isa> = Isa::ALL
+        .into_iter()
+        .filter(|&i| crate::kernels::kernels_for(i).is_some())
+        .collect();
+    v.reverse();
+    v
+}
+
+/// Chooses the ISA for a `KILN_ISA` value (`None` or empty: the best one available). Pure
+/// apart from CPU detection, so tests can call it with any value.
+pub fn select_isa(request: Option<&str>) -> Result<Isa, IsaError> {
+    let request = request.map(str::trim).filter(|s| !s.is_empty());
+    let Some(value) = request else {
+        // The most capable level that both the CPU and Kiln support; Scalar always is.
+        return Ok(available_isas().first().copied().unwrap_or(Isa::Scalar));
+    };
+    let isa = Isa::from_name(value).ok_or_else(|| IsaError::UnknownName {
+        value: value.to_string(),
+    })?;
+    if !isa.cpu_has() {
+        return Err(IsaError::NotOnThisCpu {
+            isa,
+            needs: isa.required_features(),
+        });
+    }
+    if crate::kernels::kernels_for(isa).is_none() {
+        let available: Vec<&str> = available_isas().iter().map(|i| i.name()).collect();
+        return Err(IsaError::NoKernels {
+            isa,
+            available: available.join(", "),
+        });
+    }
+    Ok(isa)
+}
+
+static ACTIVE: OnceLock<Result<Isa, IsaError>> = OnceLock::new();
+
+/// The ISA chosen for this process (reads `KILN_ISA` on first call), or why the request in
+/// `KILN_ISA` cannot be honoured. Call this at startup to report a bad `KILN_ISA` cleanly.
+pub fn try_active_isa() -> Result<Isa, IsaError> {
+    ACTIVE
+        .get_or_init(|| select_isa(std::env::var("KILN_ISA").ok().as_deref()))
+        .clone()
+}
+
+/// The ISA chosen for this process.
+///
+/// # Panics
+/// If `KILN_ISA` names an ISA that is unknown, missing on this CPU, or has no kernels:
+/// Kiln never silently falls back to another one. Use [`try_active_isa`] to handle that.
+pub fn active_isa() -> Isa {
+    match try_active_isa() {
+        Ok(isa) => isa,
+        Err(e) => panic!("{e}"),
+    }
+}

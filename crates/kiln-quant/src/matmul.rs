@@ -1,0 +1,347 @@
+//! Quantized matrix × activations: GEMV for decode, cache-blocked GEMM for prefill.
+//!
+//! Every output element is one call of a dot kernel (`dot`, or `dot4` which is bit-identical
+//! to it) over the whole row, so an output never depends on the batch size, the tiling or
+//! the number of threads. The drivers allocate nothing: activations are quantized into
+//! buffers owned by [`MatmulScratch`] that are reused from call to call.
+
+use kiln_format::GgmlType;
+use rayon::prelude::*;
+
+use crate::error::QuantError;
+use crate::kernels::{Kernels, WeightKernels, kernels};
+use crate::types::{AType, WType};
+
+/// A row-major matrix of `rows` rows of `cols` elements of one GGML type, borrowed from
+/// (typically) an mmapped GGUF tensor: `dims[0] = cols`, `dims[1] = rows`.
+#[derive(Clone, Copy, Debug)]
+pub struct QMatrix<'a> {
+    ty: GgmlType,
+    wt: WType,
+    rows: usize,
+    cols: usize,
+    row_bytes: usize,
+    data: &'a [u8],
+}
+
+impl<'a> QMatrix<'a> {
+    /// Checks that kiln-quant can compute with `ty`, that a row is a whole number of blocks
+    /// and that `data` holds exactly `rows` rows.
+    pub fn new(ty: GgmlType, rows: usize, cols: usize, data: &'a [u8]) -> Result<Self, QuantError> {
+        let wt = WType::of(ty).ok_or(QuantError::unsupported(ty))?;
+        if cols % ty.block_elems() != 0 {
+            return Err(QuantError::PartialBlock {
+                type_name: ty.name(),
+                elems: cols,
+                block_elems: ty.block_elems(),
+            });
+        }
+        let row_bytes = cols / ty.block_elems() * ty.block_bytes();
+        let expected = row_bytes.checked_mul(rows).ok_or(QuantError::BadShape {
+            type_name: ty.name(),
+            what: "matrix bytes (rows * row bytes overflows)",
+            expected: usize::MAX,
+            actual: data.len(),
+        })?;
+        if data.len() != expected {
+            return Err(QuantError::BadShape {
+                type_name: ty.name(),
+                what: "matrix bytes",
+                expected,
+                actual: data.len(),
+            });
+        }
+        Ok(QMatrix {
+            ty,
+            wt,
+            rows,
+            cols,
+            row_bytes,
+            data,
+        })
+    }
+
+    pub fn ty(&self) -> GgmlType {
+        self.ty
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Bytes per row.
+    pub fn row_bytes(&self) -> usize {
+        self.row_bytes
+    }
+
+    /// The raw blocks of row `r`.
+    ///
+    /// # Panics
+    /// If `r >= rows`.
+    #[inline]
+    pub fn row(&self, r: usize) -> &'a [u8] {
+        &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]
+    }
+
+    /// Dequantizes row `r` into `dst` (`cols` elements), e.g. for an embedding lookup.
+    ///
+    /// # Panics
+    /// If `r >= rows` or `dst.len() != cols`.
+    pub fn dequantize_row(&self, r: usize, dst: &mut [f32]) {
+        self.dequantize_row_with(kernels(), r, dst)
+    }
+
+    /// [`QMatrix::dequantize_row`] with the kernels of a specific ISA.
+    pub fn dequantize_row_with(&self, k: &Kernels, r: usize, dst: &mut [f32]) {
+        assert_eq!(dst.len(), self.cols, "dequantize_row: dst length != cols");
+        let row = self.row(r);
+        // SAFETY: `k` exists only for an ISA this CPU supports; `row` is whole blocks and
+        // `dst` has exactly its element count.
+        unsafe { (k.weight(self.wt).dequant.f)(row, dst) }
+    }
+}
+
+/// Reusable buffers for [`matmul`]: a copy of the input rows and their conversion to each
+/// activation type, made on first use. After a first call with a given size, nothing is
+/// allocated.
+#[derive(Default)]
+pub struct MatmulScratch {
+    x: Vec<f32>,
+    n_tokens: usize,
+    cols: usize,
+    acts: [Vec<u8>; AType::COUNT],
+    ready: [bool; AType::COUNT],
+}
+
+/// Below this many elements, activations are converted on the calling thread.
+const ACT_PAR_MIN_ELEMS: usize = 1 << 16;
+
+impl MatmulScratch {
+    /// Takes `n_tokens` rows of `cols` activations; they are converted lazily, once per
+    /// activation type, by the [`matmul_prepared`] calls that follow.
+    ///
+    /// # Panics
+    /// If `x.len() != n_tokens * cols`.
+    pub fn prepare(&mut self, x: &[f32], n_tokens: usize, cols: usize) {
+        assert_eq!(
+            x.len(),
+            n_tokens * cols,
+            "MatmulScratch::prepare: x has {} values, not {n_tokens} tokens x {cols}",
+            x.len()
+        );
+        self.x.clear();
+        self.x.extend_from_slice(x);
+        self.n_tokens = n_tokens;
+        self.cols = cols;
+        self.ready = [false; AType::COUNT];
+    }
+
+    /// The prepared rows converted to `a` (converting them now if needed).
+    fn act_rows(&mut self, k: &Kernels, a: AType) -> &[u8] {
+        let i = a as usize;
+        if !self.ready[i] {
+            let rb = a.row_bytes(self.cols);
+            let buf = &mut self.acts[i];
+            buf.resize(self.n_tokens * rb, 0);
+            let f = k.act[i].f;
+            let cols = self.cols;
+            // SAFETY (both calls): `k` exists only for an ISA this CPU supports; each source
+            // row has `cols` values (a whole number of blocks: the weight type's block size
+            // is a multiple of its activation type's) and each destination row `rb` bytes.
+            if self.x.len() >= ACT_PAR_MIN_ELEMS && rb > 0 {
+                buf.par_chunks_mut(rb)
+                    .zip(self.x.par_chunks(cols))
+                    .for_each(|(dst, src)| unsafe { f(src, dst) });
+            } else if rb > 0 {
+                for (dst, src) in buf.chunks_mut(rb).zip(self.x.chunks(cols)) {
+                    unsafe { f(src, dst) };
+                }
+            }
+            self.ready[i] = true;
+        }
+        &self.acts[i]
+    }
+}
+
+/// `y[t * rows + r] = sum_c W[r][c] * x[t * cols + c]` for `t in 0..n_tokens`.
+///
+/// Activations are converted once per token row to `vec_dot_type(w.ty())` the way ggml's
+/// x86 build does. Runs on the current rayon pool.
+///
+/// # Panics
+/// If `x.len() != n_tokens * w.cols()` or `y.len() != n_tokens * w.rows()`.
+pub fn matmul(w: &QMatrix, x: &[f32], n_tokens: usize, y: &mut [f32], scratch: &mut MatmulScratch) {
+    scratch.prepare(x, n_tokens, w.cols());
+    matmul_prepared(w, scratch, y);
+}
+
+/// [`matmul`] on rows given to [`MatmulScratch::prepare`]: several matrices sharing one input
+/// (Q, K, V; gate, up) convert it once.
+///
+/// # Panics
+/// If `w.cols()` differs from the prepared `cols`, or `y.len() != n_tokens * w.rows()`.
+pub fn matmul_prepared(w: &QMatrix, scratch: &mut MatmulScratch, y: &mut [f32]) {
+    matmul_prepared_with(kernels(), w, scratch, y)
+}
+
+/// [`matmul_prepared`] with the kernels of a specific ISA (tests, benchmarks).
+pub fn matmul_prepared_with(k: &Kernels, w: &QMatrix, scratch: &mut MatmulScratch, y: &mut [f32]) {
+    assert_eq!(
+        w.cols, scratch.cols,
+        "matmul: matrix has {} columns, prepared activations {}",
+        w.cols, scratch.cols
+    );
+    let n = scratch.n_tokens;
+    assert_eq!(
+        y.len(),
+        n * w.rows,
+        "matmul: y has {} values, not {n} tokens x {} rows",
+        y.len(),
+        w.rows
+    );
+    let at = w.wt.act();
+    let stride = at.row_bytes(w.cols);
+    let acts = scratch.act_rows(k, at);
+    let wk = k.weight(w.wt);
+    if n == 1 {
+        gemv(wk, w, acts, y);
+    } else if n > 1 {
+        gemm(wk, w, acts, stride, n, y);
+    }
+}
+
+/// Below this many weight bytes a GEMV runs on the calling thread: waking other threads
+/// costs more than it saves.
+const GEMV_PAR_MIN_BYTES: usize = 48 * 1024;
+/// Fewest rows a GEMV task gets.
+const GEMV_MIN_ROWS: usize = 16;
+
+fn gemv(wk: &WeightKernels, w: &QMatrix, a: &[u8], y: &mut [f32]) {
+    let dot = wk.dot.f;
+    let run = |r0: usize, ys: &mut [f32]| {
+        for (i, o) in ys.iter_mut().enumerate() {
+            // SAFETY: `wk` comes from a `Kernels` for an ISA this CPU supports; the row is
+            // whole blocks and `a` is one activation row of the matching length.
+            *o = unsafe { dot(w.row(r0 + i), a) };
+        }
+    };
+    let threads = rayon::current_num_threads();
+    if threads <= 1 || w.data.len() < GEMV_PAR_MIN_BYTES || w.rows < 2 * GEMV_MIN_ROWS {
+        run(0, y);
+        return;
+    }
+    // One contiguous chunk per thread: at decode the fixed cost of a task matters more than
+    // balance (all rows cost the same).
+    let chunk = w.rows.div_ceil(threads).max(GEMV_MIN_ROWS);
+    y.par_chunks_mut(chunk)
+        .enumerate()
+        .for_each(|(c, ys)| run(c * chunk, ys));
+}
+
+/// Activation bytes a GEMM token tile aims at (so the tile stays in L1/L2 while every row of
+/// the weight tile streams past it).
+const TOKEN_TILE_BYTES: usize = 16 * 1024;
+/// Weight rows processed against one group of four tokens before moving to the next group.
+const ROW_BLOCK: usize = 16;
+/// Fewest rows a GEMM task gets.
+const GEMM_MIN_ROWS: usize = 16;
+
+/// Output pointer shared by GEMM tasks that write disjoint elements.
+struct SharedOut {
+    ptr: *mut f32,
+    len: usize,
+}
+
+// SAFETY: tasks only write through `SharedOut::write`, each to indices no other task
+// writes (see `gemm`), while the `&mut [f32]` it came from is borrowed by `gemm`.
+unsafe impl Sync for SharedOut {}
+
+impl SharedOut {
+    /// # Safety
+    /// No other thread reads or writes index `i` during the GEMM.
+    #[inline(always)]
+    unsafe fn write(&self, i: usize, v: f32) {
+        assert!(i < self.len);
+        // SAFETY: in bounds (asserted); exclusive per the caller's contract.
+        unsafe { self.ptr.add(i).write(v) }
+    }
+}
+
+fn gemm(wk: &WeightKernels, w: &QMatrix, a: &[u8], stride: usize, n: usize, y: &mut [f32]) {
+    let rows = w.rows;
+    let tt = ((TOKEN_TILE_BYTES / stride.max(1)).clamp(4, 64) / 4) * 4;
+    let n_tt = n.div_ceil(tt);
+    let threads = rayon::current_num_threads();
+    // Enough tasks to keep every thread busy (2 per thread for balance), splitting rows when
+    // there are too few token tiles.
+    let row_splits = (2 * threads)
+        .div_ceil(n_tt)
+        .clamp(1, rows.div_ceil(GEMM_MIN_ROWS).max(1));
+    let rc = rows.div_ceil(row_splits);
+    let out = SharedOut {
+        ptr: y.as_mut_ptr(),
+        len: y.len(),
+    };
+    let task = |i: usize| {
+        let (ti, ri) = (i / row_splits, i % row_splits);
+        let (t0, t1) = (ti * tt, ((ti + 1) * tt).min(n));
+        let (r0, r1) = (ri * rc, ((ri + 1) * rc).min(rows));
+        // SAFETY: task (ti, ri) writes exactly the outputs of tokens t0..t1 and rows r0..r1;
+        // the tasks partition tokens × rows, so no two write the same element.
+        unsafe { gemm_tile(wk, w, a, stride, (t0, t1), (r0, r1), &out) };
+    };
+    let n_tasks = n_tt * row_splits;
+    if threads <= 1 || n_tasks == 1 {
+        (0..n_tasks).for_each(task);
+    } else {
+        (0..n_tasks).into_par_iter().for_each(task);
+    }
+}
+
+/// # Safety
+/// Nobody else writes outputs of tokens `t0..t1`, rows `r0..r1` meanwhile.
+unsafe fn gemm_tile(
+    wk: &WeightKernels,
+    w: &QMatrix,
+    a: &[u8],
+    stride: usize,
+    (t0, t1): (usize, usize),
+    (r0, r1): (usize, usize),
+    out: &SharedOut,
+) {
+    let rows = w.rows;
+    let (dot, dot4) = (wk.dot.f, wk.dot4.f);
+    let mut rb = r0;
+    while rb < r1 {
+        let re = (rb + ROW_BLOCK).min(r1);
+        let mut t = t0;
+        while t + 4 <= t1 {
+            let a4 = &a[t * stride..(t + 4) * stride];
+            for r in rb..re {
+                let mut o = [0.0f32; 4];
+                // SAFETY: kernels of a supported ISA; `a4` is four activation rows at
+                // `stride`, ending where the fourth ends.
+                unsafe { dot4(w.row(r), a4, stride, &mut o) };
+                for (i, v) in o.into_iter().enumerate() {
+                    // SAFETY: (t + i, r) is in this tile.
+                    unsafe { out.write((t + i) * rows + r, v) };
+                }
+            }
+            t += 4;
+        }
+        for t in t..t1 {
+            let a1 = &a[t * stride..(t + 1) * stride];
+            for r in rb..re {
+                // SAFETY: as above, one activation row.
+                let v = unsafe { dot(w.row(r), a1) };
+                // SAFETY: (t, r) is in this tile.
+                unsafe { out.write(t * rows + r, v) };
+            }
+        }
+        rb = re;
+    }
+}

@@ -1,0 +1,98 @@
+//! Portable kernels: the reference every SIMD implementation is tested against, and what runs
+//! where no SIMD kernel exists.
+
+pub(crate) mod act;
+pub(crate) mod dequant;
+pub(crate) mod dot;
+
+use crate::isa::Isa;
+use crate::kernels::{Imp, Kernels, WeightKernels};
+
+/// A four-row dot made of four single dots (bit-identical to them by construction).
+macro_rules! dot4_of {
+    ($name:ident, $dot:path) => {
+        pub(crate) fn $name(w: &[u8], a: &[u8], stride: usize, out: &mut [f32; 4]) {
+            let len = a.len() - 3 * stride;
+            for (t, o) in out.iter_mut().enumerate() {
+                *o = $dot(w, &a[t * stride..t * stride + len]);
+            }
+        }
+    };
+}
+
+dot4_of!(dot4_f32, dot::dot_f32);
+dot4_of!(dot4_f16, dot::dot_f16);
+dot4_of!(dot4_bf16, dot::dot_bf16);
+dot4_of!(dot4_q4_0, dot::dot_q4_0);
+dot4_of!(dot4_q4_1, dot::dot_q4_1);
+dot4_of!(dot4_q5_0, dot::dot_q5_0);
+dot4_of!(dot4_q8_0, dot::dot_q8_0);
+dot4_of!(dot4_q4_k, dot::dot_q4_k);
+dot4_of!(dot4_q6_k, dot::dot_q6_k);
+
+const fn s<F>(f: F) -> Imp<F> {
+    Imp {
+        isa: Isa::Scalar,
+        f,
+    }
+}
+
+/// Indexed like [`crate::types::AType::ALL`] / [`crate::types::WType::ALL`].
+pub(crate) static KERNELS: Kernels = Kernels {
+    isa: Isa::Scalar,
+    act: [
+        s(act::convert_f32),
+        s(act::convert_f16),
+        s(act::convert_bf16),
+        s(act::quantize_q8_0),
+        s(act::quantize_q8_1),
+        s(act::quantize_q8_k),
+    ],
+    weights: [
+        WeightKernels {
+            dequant: s(dequant::dequant_f32),
+            dot: s(dot::dot_f32),
+            dot4: s(dot4_f32),
+        },
+        WeightKernels {
+            dequant: s(dequant::dequant_f16),
+            dot: s(dot::dot_f16),
+            dot4: s(dot4_f16),
+        },
+        WeightKernels {
+            dequant: s(dequant::dequant_bf16),
+            dot: s(dot::dot_bf16),
+            dot4: s(dot4_bf16),
+        },
+        WeightKernels {
+            dequant: s(dequant::dequant_q4_0),
+            dot: s(dot::dot_q4_0),
+            dot4: s(dot4_q4_0),
+        },
+        WeightKernels {
+            dequant: s(dequant::dequant_q4_1),
+            dot: s(dot::dot_q4_1),
+            dot4: s(dot4_q4_1),
+        },
+        WeightKernels {
+            dequant: s(dequant::dequant_q5_0),
+            dot: s(dot::dot_q5_0),
+            dot4: s(dot4_q5_0),
+        },
+        WeightKernels {
+            dequant: s(dequant::dequant_q8_0),
+            dot: s(dot::dot_q8_0),
+            dot4: s(dot4_q8_0),
+        },
+        WeightKernels {
+            dequant: s(dequant::dequant_q4_k),
+            dot: s(dot::dot_q4_k),
+            dot4: s(dot4_q4_k),
+        },
+        WeightKernels {
+            dequant: s(dequant::dequant_q6_k),
+            dot: s(dot::dot_q6_k),
+            dot4: s(dot4_q6_k),
+        },
+    ],
+};

@@ -1,0 +1,234 @@
+//! One runner feeds every kernel table (scalar, AVX2, …) the same inputs across lengths and
+//! random data; the scalar table is the oracle.
+//!
+//! * activation quantizers: bytes identical to scalar;
+//! * dequantizers: values identical to scalar (bit for bit);
+//! * dot: equal to scalar up to float summation order;
+//! * dot4: equal to the same table's dot bit for bit.
+
+mod common;
+
+use common::*;
+use kiln_quant::{GgmlType, Kernels, vec_dot_type};
+use proptest::prelude::*;
+
+/// Block counts per row: single blocks, odd counts, the model widths (576/32 = 18,
+/// 640/32 = 20, 896/32 = 28, 2048/256 = 8) and a long row.
+const BLOCK_COUNTS: &[usize] = &[1, 2, 3, 5, 8, 18, 20, 28, 67];
+
+/// One input for a weight type: a row of weights and a row of activations of matching length.
+struct Case {
+    ty: GgmlType,
+    seed: u64,
+    w: Vec<u8>,
+    x: Vec<f32>,
+}
+
+/// Every (type, length, seed) combination the runner feeds the tables.
+fn cases(ty: GgmlType, seeds: u64) -> impl Iterator<Item = Case> {
+    BLOCK_COUNTS.iter().flat_map(move |&nb| {
+        // Float "blocks" are single elements: scale them up to comparable lengths (and tails
+        // that are not multiples of the 32-wide SIMD steps).
+        let nb = if ty.block_elems() == 1 { nb * 32 + nb % 7 } else { nb };
+        (0..seeds).map(move |seed| {
+            let mut rng = SeedRng::new(seed * 1000 + nb as u64 + ty.id() as u64 * 77);
+            let w = random_weights(ty, nb, &mut rng);
+            let x = random_acts(elems(ty, nb), &mut rng);
+            Case { ty, seed, w, x }
+        })
+    })
+}
+
+fn check_quantize_matches_scalar(k: &Kernels, act: GgmlType, x: &[f32], what: &str) {
+    let want = quantize(scalar(), act, x);
+    let got = quantize(k, act, x);
+    assert!(got == want, "{} quantize {act} differs from scalar ({what})", k.isa());
+}
+
+#[test]
+fn every_isa_quantizes_activations_to_the_same_bytes_as_scalar() {
+    for &act in ACT_TYPES {
+        let be = act.block_elems().max(32);
+        for &nb in BLOCK_COUNTS {
+            let n = if act == GgmlType::Q8_K { 256 * nb.div_ceil(8) } else { be * nb };
+            for seed in 0..12 {
+                let x = random_acts(n, &mut SeedRng::new(seed + 31 * nb as u64));
+                for k in tables() {
+                    check_quantize_matches_scalar(k, act, &x, &format!("n={n} seed={seed}"));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn activation_quantizers_agree_on_non_finite_and_extreme_values() {
+    let specials = [
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::MAX,
+        -f32::MAX,
+        f32::MIN_POSITIVE,
+        1e-40,
+        -0.0,
+        65504.0,
+        65520.0,
+    ];
+    for (i, &s) in specials.iter().enumerate() {
+        let mut x = random_acts(512, &mut SeedRng::new(i as u64));
+        x[3] = s;
+        x[300] = s;
+        for &act in ACT_TYPES {
+            if act == GgmlType::Q8_K && !s.is_finite() {
+                continue; // ggml's Q8_K reference is undefined for non-finite input
+            }
+            for k in tables() {
+                check_quantize_matches_scalar(k, act, &x, &format!("special {s}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn every_isa_dequantizes_to_the_same_values_as_scalar() {
+    for &ty in WEIGHT_TYPES {
+        for case in cases(ty, 6) {
+            let want = dequant(ty, &case.w);
+            for k in tables() {
+                let mut got = vec![0.0f32; want.len()];
+                k.dequantize(ty, &case.w, &mut got).expect("dequantize");
+                let same = got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{} dequantize {ty} differs (seed {})", k.isa(), case.seed);
+            }
+        }
+    }
+}
+
+/// Fast dot vs scalar dot on the same quantized activations.
+fn check_dot(k: &Kernels, case: &Case) {
+    let ty = case.ty;
+    let act = vec_dot_type(ty).expect("supported");
+    let a = quantize(scalar(), act, &case.x);
+    let want = scalar().dot(ty, &case.w, &a).expect("dot");
+    let got = k.dot(ty, &case.w, &a).expect("dot");
+    let wd = dequant(ty, &case.w);
+    let ad = decode_act(act, &a);
+    let tol = order_tolerance(dot_magnitude(ty, &case.w, &wd, &ad), wd.len());
+    assert!(
+        (got as f64 - want as f64).abs() <= tol,
+        "{} dot {ty}: {got} vs scalar {want} (tol {tol:e}, n {}, seed {})",
+        k.isa(),
+        wd.len(),
+        case.seed
+    );
+}
+
+#[test]
+fn every_isa_dot_equals_scalar_up_to_summation_order() {
+    for &ty in WEIGHT_TYPES {
+        for case in cases(ty, 8) {
+            for k in tables() {
+                check_dot(k, &case);
+            }
+        }
+    }
+}
+
+#[test]
+fn dot4_equals_four_single_dots_bit_for_bit() {
+    for &ty in WEIGHT_TYPES {
+        let act = vec_dot_type(ty).expect("supported");
+        for case in cases(ty, 3) {
+            let n = case.x.len();
+            let mut rng = SeedRng::new(case.seed ^ 0xD07);
+            let rows: Vec<Vec<u8>> = (0..4)
+                .map(|_| quantize(scalar(), act, &random_acts(n, &mut rng)))
+                .collect();
+            let a4 = rows.concat();
+            for k in tables() {
+                let got = k.dot4(ty, &case.w, &a4).expect("dot4");
+                for t in 0..4 {
+                    let one = k.dot(ty, &case.w, &rows[t]).expect("dot");
+                    assert_eq!(
+                        got[t].to_bits(),
+                        one.to_bits(),
+                        "{} dot4 {ty} token {t}: {} vs dot {one}",
+                        k.isa(),
+                        got[t]
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn q4_1_dot_uses_the_precomputed_block_sum() {
+    // With q = 0 everywhere, x = m, so the dot is sum(m * s) over blocks: the Q8_1 `s`.
+    let mut w = random_weights(GgmlType::Q4_1, 2, &mut SeedRng::new(5));
+    for b in w.chunks_exact_mut(20) {
+        b[4..].fill(0);
+    }
+    let x: Vec<f32> = (0..64).map(|i| i as f32 / 8.0).collect();
+    for k in tables() {
+        let a = quantize(k, GgmlType::Q8_1, &x);
+        let ad = decode_act(GgmlType::Q8_1, &a);
+        let m = weight_offsets(GgmlType::Q4_1, &w);
+        let want: f64 = dequant(GgmlType::Q4_1, &w)
+            .iter()
+            .zip(&ad)
+            .map(|(w, a)| *w as f64 * *a as f64)
+            .sum();
+        let got = k.dot(GgmlType::Q4_1, &w, &a).expect("dot") as f64;
+        let tol = 1e-3 * m.iter().zip(&ad).map(|(m, a)| (m * a).abs() as f64).sum::<f64>();
+        assert!((got - want).abs() <= tol, "{}: {got} vs {want}", k.isa());
+    }
+}
+
+fn type_strategy() -> impl Strategy<Value = GgmlType> {
+    prop::sample::select(WEIGHT_TYPES.to_vec())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn fast_dot_equals_scalar_dot(ty in type_strategy(), nb in 1usize..24, seed in any::<u64>(),
+                                  scale in -6i32..6) {
+        let nb = if ty.block_elems() == 1 { nb * 7 } else if ty.block_elems() == 256 { nb.div_ceil(4) } else { nb };
+        let mut rng = SeedRng::new(seed);
+        let w = random_weights(ty, nb, &mut rng);
+        let s = 2f32.powi(scale);
+        let x: Vec<f32> = random_acts(elems(ty, nb), &mut rng).iter().map(|v| v * s).collect();
+        let case = Case { ty, seed, w, x };
+        for k in tables() {
+            check_dot(k, &case);
+        }
+    }
+
+    #[test]
+    fn fast_quantizers_equal_scalar(act in prop::sample::select(ACT_TYPES.to_vec()),
+                                    x in prop::collection::vec(prop_oneof![
+                                        4 => -3.0f32..3.0,
+                                        1 => (-127i32..=127).prop_map(|v| v as f32 + 0.5),
+                                        1 => Just(0.0f32),
+                                        1 => -1.0e4f32..1.0e4,
+                                    ], 512)) {
+        for k in tables() {
+            check_quantize_matches_scalar(k, act, &x, "proptest");
+        }
+    }
+
+    #[test]
+    fn fast_dequantizers_equal_scalar(ty in type_strategy(), nb in 1usize..10, seed in any::<u64>()) {
+        let w = random_weights(ty, nb, &mut SeedRng::new(seed));
+        let want = dequant(ty, &w);
+        for k in tables() {
+            let mut got = vec![0.0f32; want.len()];
+            k.dequantize(ty, &w, &mut got).expect("dequantize");
+            prop_assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{} {ty}", k.isa());
+        }
+    }
+}
