@@ -81,9 +81,11 @@ impl Bpe {
     }
 
     fn lookup(&self, texts: &Strings, index: &StrIndex, s: &str) -> Option<u32> {
-        index
-            .get(texts, s)
-            .or_else(|| self.extra_index.get(&self.extra, s).map(|i| self.n_vocab.saturating_add(i)))
+        index.get(texts, s).or_else(|| {
+            self.extra_index
+                .get(&self.extra, s)
+                .map(|i| self.n_vocab.saturating_add(i))
+        })
     }
 
     fn intern(&mut self, texts: &Strings, index: &StrIndex, s: &str) -> u32 {
@@ -104,7 +106,9 @@ impl Bpe {
         let mut scratch = Scratch::default();
         let mut start = 0;
         for end in ends {
-            let word = text.get(chars.byte(start)..chars.byte(end)).unwrap_or_default();
+            let word = text
+                .get(chars.byte(start)..chars.byte(end))
+                .unwrap_or_default();
             start = end;
             self.encode_word(tok, word, &mut scratch, out);
         }
@@ -116,7 +120,8 @@ impl Bpe {
         }
         if self.pre.ignore_merges {
             s.encoded.clear();
-            s.encoded.extend(word.bytes().map(|b| BYTE_TO_CHAR[b as usize]));
+            s.encoded
+                .extend(word.bytes().map(|b| BYTE_TO_CHAR[b as usize]));
             if let Some(id) = tok.index.get(&tok.texts, &s.encoded) {
                 out.push(id);
                 return;
@@ -125,13 +130,14 @@ impl Bpe {
         s.symbols.clear();
         s.heap.clear();
         let n = word.len();
-        s.symbols.extend(word.bytes().enumerate().map(|(i, b)| Symbol {
-            piece: self.byte_piece[b as usize],
-            byte: b,
-            prev: i.checked_sub(1),
-            next: (i + 1 < n).then_some(i + 1),
-            alive: true,
-        }));
+        s.symbols
+            .extend(word.bytes().enumerate().map(|(i, b)| Symbol {
+                piece: self.byte_piece[b as usize],
+                byte: b,
+                prev: i.checked_sub(1),
+                next: (i + 1 < n).then_some(i + 1),
+                alive: true,
+            }));
         for i in 1..n {
             self.push_pair(s, i - 1, i);
         }
@@ -140,7 +146,11 @@ impl Bpe {
             let (Some(left), Some(right)) = (s.symbols.get(l), s.symbols.get(r)) else {
                 continue;
             };
-            if !left.alive || !right.alive || left.piece != pair.left_piece || right.piece != pair.right_piece {
+            if !left.alive
+                || !right.alive
+                || left.piece != pair.left_piece
+                || right.piece != pair.right_piece
+            {
                 continue; // outdated
             }
             let next = right.next;

@@ -1,8 +1,8 @@
 //! Ids back to text: pieces, llama.cpp's `llama_detokenize`, and a streaming decoder that
 //! never splits a UTF-8 character.
 
-use crate::{Tokenizer, VocabKind, attr};
 use crate::unicode::char_to_byte;
+use crate::{Tokenizer, VocabKind, attr};
 
 /// `token_to_piece(id, lstrip, special)` over the piece cache.
 pub(crate) fn piece(tok: &Tokenizer, id: u32, lstrip: bool, special: bool) -> &[u8] {
@@ -10,7 +10,11 @@ pub(crate) fn piece(tok: &Tokenizer, id: u32, lstrip: bool, special: bool) -> &[
         return &[];
     }
     let p = tok.token_bytes(id);
-    if lstrip { p.strip_prefix(b" ").unwrap_or(p) } else { p }
+    if lstrip {
+        p.strip_prefix(b" ").unwrap_or(p)
+    } else {
+        p
+    }
 }
 
 /// A token's piece with `special = true`, as llama.cpp caches it at load.
@@ -55,7 +59,12 @@ pub(crate) fn render(kind: VocabKind, text: &str, token_attr: u16, out: &mut Vec
     }
 }
 
-pub(crate) fn detokenize(tok: &Tokenizer, ids: &[u32], remove_special: bool, unparse_special: bool) -> String {
+pub(crate) fn detokenize(
+    tok: &Tokenizer,
+    ids: &[u32],
+    remove_special: bool,
+    unparse_special: bool,
+) -> String {
     let mut ids = ids;
     let mut remove_space = tok.add_space_prefix;
     if remove_special && tok.add_bos && ids.first().is_some_and(|&id| Some(id) == tok.ids.bos) {
@@ -172,7 +181,8 @@ impl<'t> StreamDecoder<'t> {
     pub fn push(&mut self, id: u32) -> String {
         let lstrip = self.first && self.strip_first;
         self.first = false;
-        self.pending.extend_from_slice(piece(self.tok, id, lstrip, false));
+        self.pending
+            .extend_from_slice(piece(self.tok, id, lstrip, false));
         let mut out = String::new();
         let mut rest: &[u8] = &self.pending;
         loop {
@@ -227,7 +237,10 @@ mod tests {
     fn clean_up_drops_spaces_before_punctuation_and_some_contractions() {
         assert_eq!(clean("Hello , world !"), "Hello, world!");
         assert_eq!(clean("it ' s"), "it's");
-        assert_eq!(clean("he 's here , I 'm sure they 've we 'll"), "he's here, I'm sure they've we 'll");
+        assert_eq!(
+            clean("he 's here , I 'm sure they 've we 'll"),
+            "he's here, I'm sure they've we 'll"
+        );
         assert_eq!(clean("don 't"), "don 't");
     }
 }

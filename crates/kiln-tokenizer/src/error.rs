@@ -42,11 +42,18 @@ pub enum TokenizerError {
 
     /// Two ids with the same text.
     #[error("token '{text}' appears twice in the vocabulary, as ids {first} and {second}")]
-    DuplicateToken { text: String, first: u32, second: u32 },
+    DuplicateToken {
+        text: String,
+        first: u32,
+        second: u32,
+    },
 
     /// `tokenizer.ggml.scores` holds neither f32 nor i32 values.
     #[error("'{key}' must be an array of f32 or i32, found {found}")]
-    BadScores { key: &'static str, found: &'static str },
+    BadScores {
+        key: &'static str,
+        found: &'static str,
+    },
 
     /// The file asks for a BOS/EOS token to be added but names none.
     #[error("{add_key} is true, but {id_key} is not set")]
@@ -56,6 +63,8 @@ pub enum TokenizerError {
     },
 
     /// SentencePiece byte fallback needs a `<0xXX>` token the vocabulary lacks.
-    #[error("no byte-fallback token for byte 0x{byte:02X} (neither '<0x{byte:02X}>' nor the raw byte)")]
+    #[error(
+        "no byte-fallback token for byte 0x{byte:02X} (neither '<0x{byte:02X}>' nor the raw byte)"
+    )]
     MissingByteToken { byte: u8 },
 }

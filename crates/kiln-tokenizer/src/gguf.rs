@@ -15,7 +15,9 @@ pub(crate) fn build(md: &Metadata) -> Result<Tokenizer, TokenizerError> {
     let scores = match md.get(SCORES) {
         None => None,
         Some(Value::Array(Array::F32(v))) => Some(Cow::Borrowed(v.as_slice())),
-        Some(Value::Array(Array::I32(v))) => Some(Cow::Owned(v.iter().map(|&s| s as f32).collect())),
+        Some(Value::Array(Array::I32(v))) => {
+            Some(Cow::Owned(v.iter().map(|&s| s as f32).collect()))
+        }
         Some(v) => {
             return Err(TokenizerError::BadScores {
                 key: SCORES,
@@ -25,7 +27,8 @@ pub(crate) fn build(md: &Metadata) -> Result<Tokenizer, TokenizerError> {
     };
     let model = md.str("tokenizer.ggml.model")?;
     // The deprecated names are read after (so over) the fim_* ones, as llama.cpp does.
-    let fim = |new: &str, old: &str| -> Result<Option<u32>, TokenizerError> { Ok(id(old)?.or(id(new)?)) };
+    let fim =
+        |new: &str, old: &str| -> Result<Option<u32>, TokenizerError> { Ok(id(old)?.or(id(new)?)) };
     build_spec(SpecRef {
         model,
         pre: md.opt_str("tokenizer.ggml.pre")?,
@@ -46,9 +49,18 @@ pub(crate) fn build(md: &Metadata) -> Result<Tokenizer, TokenizerError> {
             sep: id("tokenizer.ggml.seperator_token_id")?,
             pad: id("tokenizer.ggml.padding_token_id")?,
             mask: id("tokenizer.ggml.mask_token_id")?,
-            fim_pre: fim("tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id")?,
-            fim_suf: fim("tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id")?,
-            fim_mid: fim("tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id")?,
+            fim_pre: fim(
+                "tokenizer.ggml.fim_pre_token_id",
+                "tokenizer.ggml.prefix_token_id",
+            )?,
+            fim_suf: fim(
+                "tokenizer.ggml.fim_suf_token_id",
+                "tokenizer.ggml.suffix_token_id",
+            )?,
+            fim_mid: fim(
+                "tokenizer.ggml.fim_mid_token_id",
+                "tokenizer.ggml.middle_token_id",
+            )?,
             fim_pad: id("tokenizer.ggml.fim_pad_token_id")?,
             fim_rep: id("tokenizer.ggml.fim_rep_token_id")?,
             fim_sep: id("tokenizer.ggml.fim_sep_token_id")?,

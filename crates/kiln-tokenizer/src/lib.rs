@@ -27,6 +27,7 @@ mod decode;
 mod error;
 mod gguf;
 mod index;
+mod known_tokens;
 mod load;
 mod pretok;
 mod special;
@@ -234,11 +235,16 @@ impl Tokenizer {
         let i = id as usize;
         let (Some(&end), start) = (
             self.piece_ends.get(i),
-            i.checked_sub(1).and_then(|p| self.piece_ends.get(p)).copied().unwrap_or(0),
+            i.checked_sub(1)
+                .and_then(|p| self.piece_ends.get(p))
+                .copied()
+                .unwrap_or(0),
         ) else {
             return &[];
         };
-        self.pieces.get(start as usize..end as usize).unwrap_or_default()
+        self.pieces
+            .get(start as usize..end as usize)
+            .unwrap_or_default()
     }
 
     /// The text of `ids` as llama.cpp's `common_detokenize(ids, special = false)` without

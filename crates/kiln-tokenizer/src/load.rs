@@ -8,6 +8,10 @@ use std::borrow::Cow;
 use crate::bpe::Bpe;
 use crate::decode::render;
 use crate::index::{StrIndex, Strings};
+use crate::known_tokens::{
+    EOG_TEXTS, EOM_TEXTS, EOT_TEXTS, FIM_MID_TEXTS, FIM_PAD_TEXTS, FIM_PRE_TEXTS, FIM_REP_TEXTS,
+    FIM_SEP_TEXTS, FIM_SUF_TEXTS,
+};
 use crate::pretok::PreConfig;
 use crate::special::Specials;
 use crate::{SpecialIds, Tokenizer, TokenizerError, VocabKind, VocabSpec, attr};
@@ -62,81 +66,6 @@ impl<'a> SpecRef<'a> {
 
 const SUPPORTED_MODELS: &str = "llama (SentencePiece), gpt2 (byte-level BPE)";
 
-/// Texts that llama.cpp takes as the end-of-turn token when the file names none.
-const EOT_TEXTS: &[&str] = &[
-    "<|eot_id|>",
-    "<|im_end|>",
-    "<|end|>",
-    "<end_of_turn>",
-    "<|endoftext|>",
-    "<|end_of_text|>",
-    "<EOT>",
-    "_<EOT>",
-    "[EOT]",
-    "<｜end▁of▁sentence｜>",
-    "<end_of_utterance>",
-];
-const EOM_TEXTS: &[&str] = &["<|eom_id|>"];
-const FIM_PRE_TEXTS: &[&str] = &[
-    "<|fim_prefix|>",
-    "<fim-prefix>",
-    "<fim_prefix>",
-    "<｜fim▁begin｜>",
-    "<PRE>",
-    "▁<PRE>",
-    "<|code_prefix|>",
-    "<|prefix|>",
-];
-const FIM_SUF_TEXTS: &[&str] = &[
-    "<|fim_suffix|>",
-    "<fim-suffix>",
-    "<fim_suffix>",
-    "<｜fim▁hole｜>",
-    "<SUF>",
-    "▁<SUF>",
-    "<|code_suffix|>",
-    "<|suffix|>",
-];
-const FIM_MID_TEXTS: &[&str] = &[
-    "<|fim_middle|>",
-    "<fim-middle>",
-    "<fim_middle>",
-    "<｜fim▁end｜>",
-    "<MID>",
-    "▁<MID>",
-    "<|code_middle|>",
-    "<|middle|>",
-];
-const FIM_PAD_TEXTS: &[&str] = &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"];
-const FIM_REP_TEXTS: &[&str] = &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"];
-const FIM_SEP_TEXTS: &[&str] = &["<|file_sep|>"];
-
-/// Texts llama.cpp always counts as end of generation.
-const EOG_TEXTS: &[&str] = &[
-    "<|eot_id|>",
-    "<|im_end|>",
-    "<|end|>",
-    "<|return|>",
-    "<|call|>",
-    "<|flush|>",
-    "<|calls|>",
-    "<end_of_turn>",
-    "<|endoftext|>",
-    "</s>",
-    "<|eom_id|>",
-    "<EOT>",
-    "_<EOT>",
-    "[EOT]",
-    "[EOS]",
-    "<|end_of_text|>",
-    "<end_of_utterance>",
-    "<eos>",
-    "<turn|>",
-    "<|tool_response>",
-    "<｜end▁of▁sentence｜>",
-    "[e~[",
-];
-
 /// llama.cpp's `llama_token_type` → attribute.
 fn attr_of_type(t: i32) -> u16 {
     match t {
@@ -151,8 +80,6 @@ fn attr_of_type(t: i32) -> u16 {
 }
 
 pub(crate) fn build(spec: SpecRef<'_>) -> Result<Tokenizer, TokenizerError> {
-    let __t = std::time::Instant::now();
-    macro_rules! lap { ($n:expr) => { eprintln!("{}: {:?}", $n, __t.elapsed()); } }
     let mut warnings = Vec::new();
     let n = spec.tokens.len();
     if n == 0 {
@@ -248,7 +175,6 @@ pub(crate) fn build(spec: SpecRef<'_>) -> Result<Tokenizer, TokenizerError> {
         }
     }
 
-    lap!("index");
     let bpe = match pre {
         Some(pre) => {
             let merges = spec.merges.ok_or(TokenizerError::MissingMerges {
@@ -259,7 +185,6 @@ pub(crate) fn build(spec: SpecRef<'_>) -> Result<Tokenizer, TokenizerError> {
         None => None,
     };
 
-    lap!("bpe");
     // Special ids: a default outside the vocabulary is dropped; a given id outside it is
     // ignored in favour of the default.
     let given = [
@@ -267,27 +192,67 @@ pub(crate) fn build(spec: SpecRef<'_>) -> Result<Tokenizer, TokenizerError> {
         ("tokenizer.ggml.eos_token_id", &mut ids.eos, spec.ids.eos),
         ("tokenizer.ggml.eot_token_id", &mut ids.eot, spec.ids.eot),
         ("tokenizer.ggml.eom_token_id", &mut ids.eom, spec.ids.eom),
-        ("tokenizer.ggml.unknown_token_id", &mut ids.unk, spec.ids.unk),
-        ("tokenizer.ggml.seperator_token_id", &mut ids.sep, spec.ids.sep),
-        ("tokenizer.ggml.padding_token_id", &mut ids.pad, spec.ids.pad),
+        (
+            "tokenizer.ggml.unknown_token_id",
+            &mut ids.unk,
+            spec.ids.unk,
+        ),
+        (
+            "tokenizer.ggml.seperator_token_id",
+            &mut ids.sep,
+            spec.ids.sep,
+        ),
+        (
+            "tokenizer.ggml.padding_token_id",
+            &mut ids.pad,
+            spec.ids.pad,
+        ),
         ("tokenizer.ggml.mask_token_id", &mut ids.mask, spec.ids.mask),
-        ("tokenizer.ggml.fim_pre_token_id", &mut ids.fim_pre, spec.ids.fim_pre),
-        ("tokenizer.ggml.fim_suf_token_id", &mut ids.fim_suf, spec.ids.fim_suf),
-        ("tokenizer.ggml.fim_mid_token_id", &mut ids.fim_mid, spec.ids.fim_mid),
-        ("tokenizer.ggml.fim_pad_token_id", &mut ids.fim_pad, spec.ids.fim_pad),
-        ("tokenizer.ggml.fim_rep_token_id", &mut ids.fim_rep, spec.ids.fim_rep),
-        ("tokenizer.ggml.fim_sep_token_id", &mut ids.fim_sep, spec.ids.fim_sep),
+        (
+            "tokenizer.ggml.fim_pre_token_id",
+            &mut ids.fim_pre,
+            spec.ids.fim_pre,
+        ),
+        (
+            "tokenizer.ggml.fim_suf_token_id",
+            &mut ids.fim_suf,
+            spec.ids.fim_suf,
+        ),
+        (
+            "tokenizer.ggml.fim_mid_token_id",
+            &mut ids.fim_mid,
+            spec.ids.fim_mid,
+        ),
+        (
+            "tokenizer.ggml.fim_pad_token_id",
+            &mut ids.fim_pad,
+            spec.ids.fim_pad,
+        ),
+        (
+            "tokenizer.ggml.fim_rep_token_id",
+            &mut ids.fim_rep,
+            spec.ids.fim_rep,
+        ),
+        (
+            "tokenizer.ggml.fim_sep_token_id",
+            &mut ids.fim_sep,
+            spec.ids.fim_sep,
+        ),
     ];
     for (key, slot, value) in given {
         if let Some(d) = *slot
             && d >= n32
         {
-            warnings.push(format!("default special token '{key}' = {d} out of vocab range, disabling"));
+            warnings.push(format!(
+                "default special token '{key}' = {d} out of vocab range, disabling"
+            ));
             *slot = None;
         }
         match value {
             Some(v) if v >= n32 => {
-                warnings.push(format!("bad special token: '{key}' = {v}, using default id {slot:?}"));
+                warnings.push(format!(
+                    "bad special token: '{key}' = {v}, using default id {slot:?}"
+                ));
             }
             Some(v) => *slot = Some(v),
             None => {}
@@ -342,7 +307,10 @@ pub(crate) fn build(spec: SpecRef<'_>) -> Result<Tokenizer, TokenizerError> {
     }
 
     // End of generation.
-    let mut eog: Vec<u32> = [ids.fim_pad, ids.fim_rep, ids.fim_sep].into_iter().flatten().collect();
+    let mut eog: Vec<u32> = [ids.fim_pad, ids.fim_rep, ids.fim_sep]
+        .into_iter()
+        .flatten()
+        .collect();
     for id in EOG_TEXTS.iter().filter_map(|t| index.get(&texts, t)) {
         eog.push(id);
         attrs[id as usize] |= attr::CONTROL;
@@ -376,22 +344,22 @@ pub(crate) fn build(spec: SpecRef<'_>) -> Result<Tokenizer, TokenizerError> {
         attrs[id as usize] = attr::NORMAL;
     }
 
-    lap!("eog");
     // SentencePiece byte fallback: "<0xXX>", else the raw byte as a one-byte token.
     let mut byte_tokens = Box::new([None; 256]);
     if kind == VocabKind::Spm {
         for b in 0..=255u8 {
             let hex = format!("<0x{b:02X}>");
             let raw = [b];
-            byte_tokens[b as usize] = index
-                .get(&texts, &hex)
-                .or_else(|| std::str::from_utf8(&raw).ok().and_then(|s| index.get(&texts, s)));
+            byte_tokens[b as usize] = index.get(&texts, &hex).or_else(|| {
+                std::str::from_utf8(&raw)
+                    .ok()
+                    .and_then(|s| index.get(&texts, s))
+            });
         }
     }
 
     let specials = Specials::new(&texts, &attrs);
 
-    lap!("specials");
     let mut pieces = Vec::with_capacity(spec.tokens.iter().map(String::len).sum());
     let mut piece_ends = Vec::with_capacity(n);
     for (t, &a) in texts.iter().zip(&attrs) {
@@ -399,7 +367,6 @@ pub(crate) fn build(spec: SpecRef<'_>) -> Result<Tokenizer, TokenizerError> {
         piece_ends.push(u32::try_from(pieces.len()).unwrap_or(u32::MAX));
     }
 
-    lap!("pieces");
     Ok(Tokenizer {
         kind,
         bpe,

@@ -75,12 +75,12 @@ impl PreConfig {
     /// an unknown name is an error.
     pub(crate) fn from_name(name: Option<&str>) -> Result<PreConfig, TokenizerError> {
         let name = name.filter(|n| !n.is_empty()).unwrap_or("default");
-        let &(_, kind, ignore_merges, clean_spaces, add_bos) = NAMES
-            .iter()
-            .find(|n| n.0 == name)
-            .ok_or_else(|| TokenizerError::UnsupportedPreTokenizer {
-                pre: name.to_owned(),
-                supported: supported_names(),
+        let &(_, kind, ignore_merges, clean_spaces, add_bos) =
+            NAMES.iter().find(|n| n.0 == name).ok_or_else(|| {
+                TokenizerError::UnsupportedPreTokenizer {
+                    pre: name.to_owned(),
+                    supported: supported_names(),
+                }
             })?;
         Ok(PreConfig {
             kind,
@@ -182,16 +182,17 @@ impl Span<'_> {
         if !self.is(pos, '\'') || pos + 1 >= self.end {
             return None;
         }
-        let fold = |c: Option<char>| {
-            c.map(|c| if any_case { c.to_ascii_lowercase() } else { c })
-        };
+        let fold = |c: Option<char>| c.map(|c| if any_case { c.to_ascii_lowercase() } else { c });
         let a = fold(self.char(pos + 1));
         if matches!(a, Some('s' | 't' | 'm' | 'd')) {
             return Some(2);
         }
         if pos + 2 < self.end {
             let b = fold(self.char(pos + 2));
-            if matches!((a, b), (Some('r'), Some('e')) | (Some('v'), Some('e')) | (Some('l'), Some('l'))) {
+            if matches!(
+                (a, b),
+                (Some('r'), Some('e')) | (Some('v'), Some('e')) | (Some('l'), Some('l'))
+            ) {
                 return Some(3);
             }
         }
@@ -222,7 +223,11 @@ fn gpt2(s: &Span<'_>, out: &mut Vec<usize>) {
             continue;
         }
         let space = s.is(pos, ' ');
-        let head = if space { s.flags(pos + 1) } else { s.flags(pos) };
+        let head = if space {
+            s.flags(pos + 1)
+        } else {
+            s.flags(pos)
+        };
         let class: Option<fn(Flags) -> bool> = if head.is_letter() {
             Some(Flags::is_letter)
         } else if head.is_number() {
@@ -281,7 +286,10 @@ fn llama3_like(s: &Span<'_>, out: &mut Vec<usize>, max_digits: usize) {
             continue;
         }
         // [^\r\n\p{L}\p{N}]?\p{L}+
-        if !s.is_cr_or_lf(pos) && !flags.is_number() && (flags.is_letter() || s.flags(pos + 1).is_letter()) {
+        if !s.is_cr_or_lf(pos)
+            && !flags.is_number()
+            && (flags.is_letter() || s.flags(pos + 1).is_letter())
+        {
             pos += 1;
             while s.flags(pos).is_letter() {
                 pos += 1;
@@ -360,7 +368,10 @@ fn punctuation_runs(s: &Span<'_>, out: &mut Vec<usize>) {
         out,
         |p| {
             s.flags(p).is_punctuation()
-                || matches!(s.char(p), Some('$' | '+' | '<' | '=' | '>' | '^' | '~' | '|'))
+                || matches!(
+                    s.char(p),
+                    Some('$' | '+' | '<' | '=' | '>' | '^' | '~' | '|')
+                )
         },
         true,
     );
@@ -407,39 +418,61 @@ mod tests {
 
     #[test]
     fn gpt2_keeps_a_leading_space_with_its_word_and_leaves_one_before_the_next() {
-        assert_eq!(words(PreTokenizer::Gpt2, "Hello  world's 12!!\n"), [
-            "Hello", " ", " world", "'s", " 12", "!!", "\n"
-        ]);
+        assert_eq!(
+            words(PreTokenizer::Gpt2, "Hello  world's 12!!\n"),
+            ["Hello", " ", " world", "'s", " 12", "!!", "\n"]
+        );
         assert_eq!(words(PreTokenizer::Gpt2, "   "), ["   "]);
         assert_eq!(words(PreTokenizer::Gpt2, "a \n b"), ["a", " \n", " b"]);
     }
 
     #[test]
     fn llama3_groups_digits_by_three_and_newlines_with_preceding_space() {
-        assert_eq!(words(PreTokenizer::Llama3, "3333333 x"), ["333", "333", "3", " x"]);
-        assert_eq!(words(PreTokenizer::Llama3, "a  \n\n b"), ["a", "  \n\n", " b"]);
-        assert_eq!(words(PreTokenizer::Llama3, "I'VE (ok)\n"), ["I", "'VE", " (", "ok", ")\n"]);
+        assert_eq!(
+            words(PreTokenizer::Llama3, "3333333 x"),
+            ["333", "333", "3", " x"]
+        );
+        assert_eq!(
+            words(PreTokenizer::Llama3, "a  \n\n b"),
+            ["a", "  \n\n", " b"]
+        );
+        assert_eq!(
+            words(PreTokenizer::Llama3, "I'VE (ok)\n"),
+            ["I", "'VE", " (", "ok", ")\n"]
+        );
         assert_eq!(words(PreTokenizer::Llama3, "\tHi"), ["\tHi"]);
     }
 
     #[test]
     fn qwen2_splits_every_digit() {
-        assert_eq!(words(PreTokenizer::Qwen2, "ab 123"), ["ab", " ", "1", "2", "3"]);
+        assert_eq!(
+            words(PreTokenizer::Qwen2, "ab 123"),
+            ["ab", " ", "1", "2", "3"]
+        );
     }
 
     #[test]
     fn smollm_splits_digits_before_the_gpt2_regex() {
-        assert_eq!(words(PreTokenizer::Smollm, "x 42 ½y"), ["x", " ", "4", "2", " ", "½", "y"]);
+        assert_eq!(
+            words(PreTokenizer::Smollm, "x 42 ½y"),
+            ["x", " ", "4", "2", " ", "½", "y"]
+        );
     }
 
     #[test]
     fn default_splits_punctuation_runs_and_digit_triples() {
-        assert_eq!(words(PreTokenizer::Default, "a+=b 12345"), ["a", "+=", "b", " ", "123", "45"]);
+        assert_eq!(
+            words(PreTokenizer::Default, "a+=b 12345"),
+            ["a", "+=", "b", " ", "123", "45"]
+        );
     }
 
     #[test]
     fn unknown_pre_tokenizer_names_the_supported_ones() {
         let e = PreConfig::from_name(Some("nope")).unwrap_err().to_string();
-        assert!(e.contains("'nope'") && e.contains("smollm") && e.contains("qwen2"), "{e}");
+        assert!(
+            e.contains("'nope'") && e.contains("smollm") && e.contains("qwen2"),
+            "{e}"
+        );
     }
 }

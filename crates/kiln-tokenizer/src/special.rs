@@ -40,7 +40,12 @@ impl Specials {
         }
     }
 
-    pub(crate) fn partition(&self, tok: &Tokenizer, text: &str, parse_special: bool) -> Vec<Fragment> {
+    pub(crate) fn partition(
+        &self,
+        tok: &Tokenizer,
+        text: &str,
+        parse_special: bool,
+    ) -> Vec<Fragment> {
         if text.is_empty() {
             return Vec::new();
         }

@@ -9,7 +9,11 @@ use std::collections::BinaryHeap;
 use crate::{Tokenizer, TokenizerError};
 
 /// Tokenizes one fragment whose spaces are already escaped as `▁`.
-pub(crate) fn encode(tok: &Tokenizer, text: &str, out: &mut Vec<u32>) -> Result<(), TokenizerError> {
+pub(crate) fn encode(
+    tok: &Tokenizer,
+    text: &str,
+    out: &mut Vec<u32>,
+) -> Result<(), TokenizerError> {
     let mut symbols: Vec<Symbol> = Vec::with_capacity(text.len());
     let n = text.chars().count();
     for (i, (start, c)) in text.char_indices().enumerate() {
@@ -56,7 +60,10 @@ pub(crate) fn encode(tok: &Tokenizer, text: &str, out: &mut Vec<u32>) -> Result<
             Some(id) => out.push(id),
             None => {
                 for b in piece.bytes() {
-                    out.push(tok.byte_tokens[b as usize].ok_or(TokenizerError::MissingByteToken { byte: b })?);
+                    out.push(
+                        tok.byte_tokens[b as usize]
+                            .ok_or(TokenizerError::MissingByteToken { byte: b })?,
+                    );
                 }
             }
         }

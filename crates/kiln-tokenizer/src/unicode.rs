@@ -63,7 +63,9 @@ impl Flags {
 fn lookup(cp: u32) -> u16 {
     // RANGES starts at 0, so the partition point is at least 1.
     let i = RANGES.partition_point(|&(start, _)| start <= cp);
-    RANGES.get(i.wrapping_sub(1)).map_or(Flags::UNDEFINED, |&(_, f)| f)
+    RANGES
+        .get(i.wrapping_sub(1))
+        .map_or(Flags::UNDEFINED, |&(_, f)| f)
 }
 
 static ASCII: [u16; 128] = {

@@ -34,7 +34,11 @@ fn encoding_four_thousand_tokens_takes_milliseconds() {
     for &(_, name) in MODELS {
         let tok = tokenizer(name);
         let (t, ids) = best_of(5, || tok.encode(&text, true, true).expect("encode"));
-        eprintln!("{name}: {} tokens encoded in {:.2} ms", ids.len(), t.as_secs_f64() * 1e3);
+        eprintln!(
+            "{name}: {} tokens encoded in {:.2} ms",
+            ids.len(),
+            t.as_secs_f64() * 1e3
+        );
         assert!(ids.len() > 4000, "{name}: {} tokens", ids.len());
         assert!(t < Duration::from_secs(1), "{name}: encoding took {t:?}");
         let (t, s) = best_of(5, || tok.decode(&ids));
@@ -47,8 +51,13 @@ fn encoding_four_thousand_tokens_takes_milliseconds() {
 fn gemma_vocabulary_builds_in_well_under_100_ms() {
     let path = kiln_hub::resolve("gemma3-270m").expect("gemma3-270m is required");
     let file = kiln_format::GgufFile::open(&path).expect("read gemma");
-    let (t, tok) = best_of(3, || Tokenizer::from_gguf(file.metadata()).expect("build"));
-    eprintln!("gemma3: {} tokens built in {:.1} ms", tok.vocab_size(), t.as_secs_f64() * 1e3);
+    // Best of several: the machine is shared, and one slow run says little.
+    let (t, tok) = best_of(10, || Tokenizer::from_gguf(file.metadata()).expect("build"));
+    eprintln!(
+        "gemma3: {} tokens built in {:.1} ms",
+        tok.vocab_size(),
+        t.as_secs_f64() * 1e3
+    );
     if !cfg!(debug_assertions) {
         assert!(t < Duration::from_millis(100), "building took {t:?}");
     }
@@ -56,6 +65,10 @@ fn gemma_vocabulary_builds_in_well_under_100_ms() {
         let path = kiln_hub::resolve(name).expect("model is required");
         let file = kiln_format::GgufFile::open(&path).expect("read");
         let (t, tok) = best_of(3, || Tokenizer::from_gguf(file.metadata()).expect("build"));
-        eprintln!("{name}: {} tokens built in {:.1} ms", tok.vocab_size(), t.as_secs_f64() * 1e3);
+        eprintln!(
+            "{name}: {} tokens built in {:.1} ms",
+            tok.vocab_size(),
+            t.as_secs_f64() * 1e3
+        );
     }
 }

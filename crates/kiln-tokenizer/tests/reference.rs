@@ -40,7 +40,9 @@ fn generated_tokens_decode_to_llama_cpp_content() {
             let mut streamed: String = tokens.iter().map(|&t| stream.push(t)).collect();
             streamed.push_str(&stream.finish());
             if streamed != want {
-                failures.push(format!("{ref_name} (streamed): got {streamed:?}, want {want:?}"));
+                failures.push(format!(
+                    "{ref_name} (streamed): got {streamed:?}, want {want:?}"
+                ));
             }
         }
     }
@@ -67,7 +69,13 @@ fn bos_and_end_of_generation_follow_llama_cpp() {
 
     let qwen = tokenizer("qwen2.5-coder-0.5b");
     assert!(!qwen.add_bos());
-    for text in ["<|im_end|>", "<|endoftext|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"] {
+    for text in [
+        "<|im_end|>",
+        "<|endoftext|>",
+        "<|fim_pad|>",
+        "<|repo_name|>",
+        "<|file_sep|>",
+    ] {
         let id = qwen.token_id(text).expect(text);
         assert!(qwen.is_eog(id), "{text} ends generation");
     }

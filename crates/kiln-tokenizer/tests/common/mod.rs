@@ -38,7 +38,10 @@ pub fn tokenizer(hub_name: &str) -> &'static Tokenizer {
 
 /// The reference file of a model (`testdata/ref/<name>.json`).
 pub fn reference(ref_name: &str) -> serde_json::Value {
-    let path = format!("{}/../../testdata/ref/{ref_name}.json", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/../../testdata/ref/{ref_name}.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {path}: {e}"));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path} is not JSON: {e}"))
 }
