@@ -3,6 +3,7 @@
 //! Each subcommand lives in its own module with a `run(args)` entry point; `main` only
 //! dispatches on the first argument.
 
+mod ci;
 mod models;
 
 use std::process::ExitCode;
@@ -17,6 +18,8 @@ pub enum XtaskError {
         command: &'static str,
         message: String,
     },
+    #[error("step '{step}' failed: {detail}")]
+    StepFailed { step: &'static str, detail: String },
     #[error("could not fetch: {}", names.join(", "))]
     ModelsFailed { names: Vec<String> },
 }
@@ -25,6 +28,7 @@ const USAGE: &str = "\
 usage: cargo xtask <command> [args]
 
 commands:
+  ci [--skip STEP]...          the gate: format, lint, models, test (release)
   models [--quiet] [NAME...]   fetch the known models (all when no NAME) into the cache";
 
 fn main() -> ExitCode {
@@ -34,6 +38,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     };
     let result = match command.as_str() {
+        "ci" => ci::run(rest),
         "models" => models::run(rest),
         "help" | "-h" | "--help" => {
             println!("{USAGE}");

@@ -97,7 +97,9 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
         (None, None) => {
             let mut s = String::new();
             if std::io::stdin().is_terminal() {
-                return Err(CliError::Usage("no prompt: give one as an argument, with --prompt, or on stdin".into()));
+                return Err(CliError::Usage(
+                    "no prompt: give one as an argument, with --prompt, or on stdin".into(),
+                ));
             }
             std::io::stdin().read_to_string(&mut s)?;
             s
@@ -113,7 +115,9 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
         seed: args.seed,
     };
     sampler_cfg.validate()?;
-    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     if threads == 0 {
         return Err(CliError::Usage("--threads must be at least 1".into()));
     }
@@ -131,10 +135,14 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
 
     let prompt_tokens = tokenizer.encode(&prompt, true, true)?;
     if prompt_tokens.is_empty() {
-        return Err(CliError::Usage("the prompt is empty after tokenization".into()));
+        return Err(CliError::Usage(
+            "the prompt is empty after tokenization".into(),
+        ));
     }
     let n_ctx_train = model.config().n_ctx_train;
-    let n_ctx = args.ctx_size.unwrap_or((prompt_tokens.len() + args.n_predict).min(n_ctx_train));
+    let n_ctx = args
+        .ctx_size
+        .unwrap_or((prompt_tokens.len() + args.n_predict).min(n_ctx_train));
     if prompt_tokens.len() >= n_ctx {
         return Err(CliError::Usage(format!(
             "the prompt has {} tokens, which does not fit a context of {n_ctx} with room to generate",

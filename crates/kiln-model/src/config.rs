@@ -81,16 +81,19 @@ impl ModelConfig {
                 self.n_layer, self.n_embd, self.n_head, self.n_head_kv
             ));
         }
-        if self.n_head % self.n_head_kv != 0 {
+        if !self.n_head.is_multiple_of(self.n_head_kv) {
             return bad(format!(
                 "head count {} is not a multiple of the KV head count {}",
                 self.n_head, self.n_head_kv
             ));
         }
-        if self.head_dim == 0 || self.head_dim % 2 != 0 {
-            return bad(format!("head dimension {} must be even and nonzero", self.head_dim));
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
+            return bad(format!(
+                "head dimension {} must be even and nonzero",
+                self.head_dim
+            ));
         }
-        if self.n_rot > self.head_dim || self.n_rot % 2 != 0 {
+        if self.n_rot > self.head_dim || !self.n_rot.is_multiple_of(2) {
             return bad(format!(
                 "rotary dimension {} must be even and at most the head dimension {}",
                 self.n_rot, self.head_dim
@@ -100,10 +103,16 @@ impl ModelConfig {
             return bad("empty vocabulary".into());
         }
         if !(self.norm_eps.is_finite() && self.norm_eps >= 0.0) {
-            return bad(format!("normalisation epsilon {} is not a finite non-negative number", self.norm_eps));
+            return bad(format!(
+                "normalisation epsilon {} is not a finite non-negative number",
+                self.norm_eps
+            ));
         }
         if !(self.rope_base.is_finite() && self.rope_base > 0.0) {
-            return bad(format!("RoPE base {} is not a positive number", self.rope_base));
+            return bad(format!(
+                "RoPE base {} is not a positive number",
+                self.rope_base
+            ));
         }
         Ok(())
     }
@@ -124,7 +133,11 @@ pub(crate) fn arch_opt_usize(
 }
 
 /// Reads `{arch}.{suffix}` as an f32 when present.
-pub(crate) fn arch_opt_f32(md: &Metadata, arch: &str, suffix: &str) -> Result<Option<f32>, ModelError> {
+pub(crate) fn arch_opt_f32(
+    md: &Metadata,
+    arch: &str,
+    suffix: &str,
+) -> Result<Option<f32>, ModelError> {
     Ok(md.opt_f32(&format!("{arch}.{suffix}"))?)
 }
 
@@ -140,7 +153,9 @@ pub(crate) fn common_config(
     let n_head = arch_usize(md, arch, "attention.head_count")?;
     let n_head_kv = arch_opt_usize(md, arch, "attention.head_count_kv")?.unwrap_or(n_head);
     if n_head == 0 {
-        return Err(ModelError::InvalidConfig(format!("{arch}.attention.head_count is zero")));
+        return Err(ModelError::InvalidConfig(format!(
+            "{arch}.attention.head_count is zero"
+        )));
     }
     let head_dim = arch_opt_usize(md, arch, "attention.key_length")?.unwrap_or(n_embd / n_head);
     let head_dim_v = arch_opt_usize(md, arch, "attention.value_length")?.unwrap_or(head_dim);

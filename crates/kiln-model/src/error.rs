@@ -9,16 +9,29 @@ use kiln_quant::QuantError;
 pub enum ModelError {
     /// `general.architecture` names an architecture Kiln does not implement.
     #[error("unsupported architecture '{arch}'; supported: {}", supported.join(", "))]
-    UnsupportedArchitecture { arch: String, supported: Vec<&'static str> },
+    UnsupportedArchitecture {
+        arch: String,
+        supported: Vec<&'static str>,
+    },
     /// A tensor the architecture needs is not in the file.
     #[error("missing tensor '{name}'")]
     MissingTensor { name: String },
     /// A tensor has a shape other than the configuration implies.
     #[error("tensor '{tensor}' has shape {found:?}, expected {expected:?} (ggml order)")]
-    ShapeMismatch { tensor: String, expected: Vec<u64>, found: Vec<u64> },
+    ShapeMismatch {
+        tensor: String,
+        expected: Vec<u64>,
+        found: Vec<u64>,
+    },
     /// A tensor is stored in a type the kernels cannot compute with.
-    #[error("tensor '{tensor}' has type {type_name} (id {type_id}), which Kiln cannot compute with")]
-    UnsupportedTensorType { tensor: String, type_id: u32, type_name: &'static str },
+    #[error(
+        "tensor '{tensor}' has type {type_name} (id {type_id}), which Kiln cannot compute with"
+    )]
+    UnsupportedTensorType {
+        tensor: String,
+        type_id: u32,
+        type_name: &'static str,
+    },
     /// A metadata value is inconsistent (zero heads, head count not dividing, …).
     #[error("invalid model configuration: {0}")]
     InvalidConfig(String),

@@ -24,8 +24,12 @@ impl KvCache {
             n_ctx,
             k_dim,
             v_dim,
-            k: (0..cfg.n_layer).map(|_| vec![f16::ZERO; n_ctx * k_dim]).collect(),
-            v: (0..cfg.n_layer).map(|_| vec![f16::ZERO; n_ctx * v_dim]).collect(),
+            k: (0..cfg.n_layer)
+                .map(|_| vec![f16::ZERO; n_ctx * k_dim])
+                .collect(),
+            v: (0..cfg.n_layer)
+                .map(|_| vec![f16::ZERO; n_ctx * v_dim])
+                .collect(),
         }
     }
 

@@ -17,6 +17,7 @@ mod error;
 mod kv;
 mod model;
 pub mod ops;
+mod trace;
 mod weights;
 
 pub use arch::SUPPORTED_ARCHITECTURES;

@@ -9,7 +9,10 @@ use kiln_quant::{MatmulScratch, matmul_prepared};
 
 use crate::attention::{AttnShape, attention};
 use crate::kv::KvCache;
-use crate::ops::{add_inplace, gated_activation, rms_norm, rms_norm_inplace, rope_apply, rope_table};
+use crate::ops::{
+    add_inplace, gated_activation, rms_norm, rms_norm_inplace, rope_apply, rope_table,
+};
+use crate::trace;
 use crate::weights::{Weight, WeightStore};
 use crate::{ModelConfig, ModelError};
 
@@ -115,7 +118,7 @@ struct Scratch {
     gate: Vec<f32>,
     up: Vec<f32>,
     head_out: Vec<f32>,
-    scores: Vec<f32>,
+    attn_scratch: Vec<half::f16>,
     rope: Vec<f32>,
     logits: Vec<f32>,
     mm: MatmulScratch,
@@ -139,13 +142,19 @@ impl Session {
             gate: vec![0.0; n_batch * cfg.n_ff],
             up: vec![0.0; n_batch * cfg.n_ff],
             head_out: vec![0.0; n_batch * hv],
-            scores: vec![0.0; cfg.n_head * n_ctx],
+            attn_scratch: vec![half::f16::ZERO; cfg.n_head * (cfg.head_dim + cfg.head_dim_v)],
             rope: vec![0.0; n_batch * cfg.n_rot],
             logits: vec![0.0; cfg.vocab_size],
             mm: MatmulScratch::default(),
         };
         let kv = KvCache::new(cfg, n_ctx);
-        Session { model, kv, pos: 0, n_batch, s }
+        Session {
+            model,
+            kv,
+            pos: 0,
+            n_batch,
+            s,
+        }
     }
 
     /// Positions already evaluated.
@@ -179,10 +188,16 @@ impl Session {
         let cfg = self.model.config().clone();
         let needed = self.pos + tokens.len();
         if needed > self.kv.n_ctx() {
-            return Err(ModelError::ContextOverflow { needed, n_ctx: self.kv.n_ctx() });
+            return Err(ModelError::ContextOverflow {
+                needed,
+                n_ctx: self.kv.n_ctx(),
+            });
         }
         if let Some(&id) = tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
-            return Err(ModelError::TokenOutOfRange { id, vocab: cfg.vocab_size });
+            return Err(ModelError::TokenOutOfRange {
+                id,
+                vocab: cfg.vocab_size,
+            });
         }
         if tokens.is_empty() {
             return Ok(&self.s.logits[..0]);
@@ -220,7 +235,12 @@ impl Session {
         let n = tokens.len();
         let pos0 = self.pos;
         let d = cfg.n_embd;
-        let (qd, kd, vd, hv) = (cfg.q_dim(), cfg.k_dim(), cfg.v_dim(), cfg.n_head * cfg.head_dim_v);
+        let (qd, kd, vd, hv) = (
+            cfg.q_dim(),
+            cfg.k_dim(),
+            cfg.v_dim(),
+            cfg.n_head * cfg.head_dim_v,
+        );
 
         // Embedding lookup.
         let embd = store.view(&spec.tok_embd)?;
@@ -232,17 +252,28 @@ impl Session {
             }
         }
 
+        trace::tensor("inp_scaled", &s.x[..n * d], n);
         let mut rope_base_of_table = f32::NAN;
         for (il, layer) in spec.layers.iter().enumerate() {
             // Attention block.
             for t in 0..n {
-                rms_norm(&s.x[t * d..(t + 1) * d], &layer.attn_norm, cfg.norm_eps, &mut s.h[t * d..(t + 1) * d]);
+                rms_norm(
+                    &s.x[t * d..(t + 1) * d],
+                    &layer.attn_norm,
+                    cfg.norm_eps,
+                    &mut s.h[t * d..(t + 1) * d],
+                );
             }
+            trace::tensor(&format!("attn_norm-{il}"), &s.h[..n * d], n);
             s.mm.prepare(&s.h[..n * d], n, d);
             matmul_prepared(&store.view(&layer.wq)?, &mut s.mm, &mut s.q[..n * qd]);
             matmul_prepared(&store.view(&layer.wk)?, &mut s.mm, &mut s.k[..n * kd]);
             matmul_prepared(&store.view(&layer.wv)?, &mut s.mm, &mut s.v[..n * vd]);
-            for (buf, bias, width) in [(&mut s.q, &layer.bq, qd), (&mut s.k, &layer.bk, kd), (&mut s.v, &layer.bv, vd)] {
+            for (buf, bias, width) in [
+                (&mut s.q, &layer.bq, qd),
+                (&mut s.k, &layer.bk, kd),
+                (&mut s.v, &layer.bv, vd),
+            ] {
                 if let Some(b) = bias {
                     for row in buf[..n * width].chunks_exact_mut(width) {
                         add_inplace(row, b);
@@ -257,19 +288,50 @@ impl Session {
                     rms_norm_inplace(head, kn, cfg.norm_eps);
                 }
             }
+            trace::tensor(&format!("Qcur_normed-{il}"), &s.q[..n * qd], n);
+            trace::tensor(&format!("Kcur_normed-{il}"), &s.k[..n * kd], n);
+            trace::tensor(&format!("Vcur-{il}"), &s.v[..n * vd], n);
             if layer.rope_base != rope_base_of_table {
                 for t in 0..n {
-                    rope_table(pos0 + t, cfg.n_rot, layer.rope_base, cfg.rope_freq_scale, &mut s.rope[t * cfg.n_rot..(t + 1) * cfg.n_rot]);
+                    rope_table(
+                        pos0 + t,
+                        cfg.n_rot,
+                        layer.rope_base,
+                        cfg.rope_freq_scale,
+                        &mut s.rope[t * cfg.n_rot..(t + 1) * cfg.n_rot],
+                    );
                 }
                 rope_base_of_table = layer.rope_base;
             }
             for t in 0..n {
                 let table = &s.rope[t * cfg.n_rot..(t + 1) * cfg.n_rot];
-                rope_apply(&mut s.q[t * qd..(t + 1) * qd], cfg.head_dim, cfg.n_rot, cfg.rope_style, table);
-                rope_apply(&mut s.k[t * kd..(t + 1) * kd], cfg.head_dim, cfg.n_rot, cfg.rope_style, table);
-                self.kv.store(il, pos0 + t, &s.k[t * kd..(t + 1) * kd], &s.v[t * vd..(t + 1) * vd]);
+                rope_apply(
+                    &mut s.q[t * qd..(t + 1) * qd],
+                    cfg.head_dim,
+                    cfg.n_rot,
+                    cfg.rope_style,
+                    table,
+                );
+                rope_apply(
+                    &mut s.k[t * kd..(t + 1) * kd],
+                    cfg.head_dim,
+                    cfg.n_rot,
+                    cfg.rope_style,
+                    table,
+                );
+                self.kv.store(
+                    il,
+                    pos0 + t,
+                    &s.k[t * kd..(t + 1) * kd],
+                    &s.v[t * vd..(t + 1) * vd],
+                );
             }
-            let shape = AttnShape { pos0, n_tokens: n, window: layer.sliding_window };
+            trace::tensor(&format!("Qcur-{il}"), &s.q[..n * qd], n);
+            let shape = AttnShape {
+                pos0,
+                n_tokens: n,
+                window: layer.sliding_window,
+            };
             attention(
                 cfg,
                 &shape,
@@ -277,9 +339,10 @@ impl Session {
                 self.kv.keys(il),
                 self.kv.values(il),
                 &mut s.head_out,
-                &mut s.scores,
+                &mut s.attn_scratch,
                 &mut s.att[..n * hv],
             );
+            trace::tensor(&format!("kqv_out-{il}"), &s.att[..n * hv], n);
             s.mm.prepare(&s.att[..n * hv], n, hv);
             matmul_prepared(&store.view(&layer.wo)?, &mut s.mm, &mut s.o[..n * d]);
             if let Some(pn) = &layer.post_attn_norm {
@@ -287,17 +350,31 @@ impl Session {
                     rms_norm_inplace(row, pn, cfg.norm_eps);
                 }
             }
+            trace::tensor(&format!("attn_post_norm-{il}"), &s.o[..n * d], n);
             add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
+            trace::tensor(&format!("sa_out-{il}"), &s.x[..n * d], n);
 
             // Feed-forward block.
             for t in 0..n {
-                rms_norm(&s.x[t * d..(t + 1) * d], &layer.ffn_norm, cfg.norm_eps, &mut s.h[t * d..(t + 1) * d]);
+                rms_norm(
+                    &s.x[t * d..(t + 1) * d],
+                    &layer.ffn_norm,
+                    cfg.norm_eps,
+                    &mut s.h[t * d..(t + 1) * d],
+                );
             }
             let ff = cfg.n_ff;
             s.mm.prepare(&s.h[..n * d], n, d);
-            matmul_prepared(&store.view(&layer.w_gate)?, &mut s.mm, &mut s.gate[..n * ff]);
+            matmul_prepared(
+                &store.view(&layer.w_gate)?,
+                &mut s.mm,
+                &mut s.gate[..n * ff],
+            );
             matmul_prepared(&store.view(&layer.w_up)?, &mut s.mm, &mut s.up[..n * ff]);
+            trace::tensor(&format!("ffn_gate-{il}"), &s.gate[..n * ff], n);
+            trace::tensor(&format!("ffn_up-{il}"), &s.up[..n * ff], n);
             gated_activation(&mut s.gate[..n * ff], &s.up[..n * ff], cfg.activation);
+            trace::tensor(&format!("ffn_act-{il}"), &s.gate[..n * ff], n);
             s.mm.prepare(&s.gate[..n * ff], n, ff);
             matmul_prepared(&store.view(&layer.w_down)?, &mut s.mm, &mut s.o[..n * d]);
             if let Some(pn) = &layer.post_ffn_norm {
@@ -305,7 +382,9 @@ impl Session {
                     rms_norm_inplace(row, pn, cfg.norm_eps);
                 }
             }
+            trace::tensor(&format!("ffn_post_norm-{il}"), &s.o[..n * d], n);
             add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
+            trace::tensor(&format!("l_out-{il}"), &s.x[..n * d], n);
         }
         self.pos += n;
 
@@ -322,10 +401,19 @@ impl Session {
             }
             Some(r) => {
                 for t in 0..n {
-                    rms_norm(&s.x[t * d..(t + 1) * d], &spec.output_norm, cfg.norm_eps, &mut s.h[t * d..(t + 1) * d]);
+                    rms_norm(
+                        &s.x[t * d..(t + 1) * d],
+                        &spec.output_norm,
+                        cfg.norm_eps,
+                        &mut s.h[t * d..(t + 1) * d],
+                    );
                 }
                 s.mm.prepare(&s.h[..n * d], n, d);
-                matmul_prepared(&output, &mut s.mm, &mut s.logits[r * vocab..(r + n) * vocab]);
+                matmul_prepared(
+                    &output,
+                    &mut s.mm,
+                    &mut s.logits[r * vocab..(r + n) * vocab],
+                );
             }
         }
         Ok(())

@@ -1,6 +1,11 @@
 //! Element-wise and row-wise f32 operations of the forward pass, written once for every
 //! architecture. They follow ggml's arithmetic where rounding could show in the output
-//! (double accumulation in RMSNorm, RoPE angles by repeated multiplication).
+//! (double accumulation in RMSNorm, RoPE angles by repeated multiplication, GELU through an
+//! f16 table).
+
+use std::sync::OnceLock;
+
+use half::f16;
 
 /// `out = x / rms(x) * weight` over one row. The sum of squares is accumulated in f64 as
 /// ggml does.
@@ -41,9 +46,34 @@ pub fn silu(x: f32) -> f32 {
 /// GELU with the tanh approximation, as ggml's `gelu` and HF's `gelu_pytorch_tanh`.
 #[inline]
 pub fn gelu_tanh(x: f32) -> f32 {
-    const SQRT_2_OVER_PI: f32 = 0.797_884_56;
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
     const COEF_A: f32 = 0.044_715;
     0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + COEF_A * x * x)).tanh())
+}
+
+/// GELU-tanh of every f16 value, rounded to f16: ggml's CPU backend evaluates GELU by
+/// looking up the f16-rounded input in such a table, so outputs match llama.cpp only if we do
+/// the same.
+fn gelu_f16_table() -> &'static [f16] {
+    static TABLE: OnceLock<Vec<f16>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        (0..=u16::MAX)
+            .map(|bits| f16::from_f32(gelu_tanh(f16::from_bits(bits).to_f32())))
+            .collect()
+    })
+}
+
+/// GELU-tanh as llama.cpp's CPU backend computes it: identity above 10, zero below -10,
+/// otherwise the f16 table.
+#[inline]
+fn gelu_ggml(x: f32, table: &[f16]) -> f32 {
+    if x <= -10.0 {
+        0.0
+    } else if x >= 10.0 {
+        x
+    } else {
+        table[f16::from_f32(x).to_bits() as usize].to_f32()
+    }
 }
 
 /// `gate = act(gate) * up`, the gated feed-forward nonlinearity.
@@ -56,8 +86,9 @@ pub fn gated_activation(gate: &mut [f32], up: &[f32], act: crate::config::Activa
             }
         }
         Activation::GeluTanh => {
+            let table = gelu_f16_table();
             for (g, &u) in gate.iter_mut().zip(up) {
-                *g = gelu_tanh(*g) * u;
+                *g = gelu_ggml(*g, table) * u;
             }
         }
     }
@@ -173,7 +204,10 @@ mod tests {
             assert!((n0 - n1).abs() < 1e-5);
         }
         // NeoX on a de-interleaved vector equals Normal on the interleaved one.
-        let deint: Vec<f32> = (0..4).map(|i| orig[2 * i]).chain((0..4).map(|i| orig[2 * i + 1])).collect();
+        let deint: Vec<f32> = (0..4)
+            .map(|i| orig[2 * i])
+            .chain((0..4).map(|i| orig[2 * i + 1]))
+            .collect();
         let mut b = deint.clone();
         rope_apply(&mut b, 8, 8, RopeStyle::Neox, &table);
         for i in 0..4 {

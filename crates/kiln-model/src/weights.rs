@@ -40,7 +40,9 @@ impl WeightStore {
             .iter()
             .enumerate()
             .find(|(_, t)| t.name == name)
-            .ok_or_else(|| ModelError::MissingTensor { name: name.to_string() })
+            .ok_or_else(|| ModelError::MissingTensor {
+                name: name.to_string(),
+            })
     }
 
     /// Whether the file has a tensor of that name.
@@ -55,7 +57,11 @@ impl WeightStore {
         let expected = vec![cols as u64, rows as u64];
         let found: Vec<u64> = trim_trailing_ones(&info.dims);
         if found != expected {
-            return Err(ModelError::ShapeMismatch { tensor: name.to_string(), expected, found: info.dims.clone() });
+            return Err(ModelError::ShapeMismatch {
+                tensor: name.to_string(),
+                expected,
+                found: info.dims.clone(),
+            });
         }
         if !kiln_quant::is_supported(info.ty) {
             return Err(ModelError::UnsupportedTensorType {
@@ -64,12 +70,27 @@ impl WeightStore {
                 type_name: info.ty.name(),
             });
         }
-        Ok(Weight { name: name.to_string(), ty: info.ty, rows, cols, index })
+        Ok(Weight {
+            name: name.to_string(),
+            ty: info.ty,
+            rows,
+            cols,
+            index,
+        })
     }
 
     /// An optional matrix: `Ok(None)` when absent, an error when present but wrong.
-    pub fn opt_matrix(&self, name: &str, cols: usize, rows: usize) -> Result<Option<Weight>, ModelError> {
-        if self.has(name) { self.matrix(name, cols, rows).map(Some) } else { Ok(None) }
+    pub fn opt_matrix(
+        &self,
+        name: &str,
+        cols: usize,
+        rows: usize,
+    ) -> Result<Option<Weight>, ModelError> {
+        if self.has(name) {
+            self.matrix(name, cols, rows).map(Some)
+        } else {
+            Ok(None)
+        }
     }
 
     /// A vector of `n` f32 values (norm weights, biases), copied out of the file.
@@ -77,24 +98,36 @@ impl WeightStore {
         let (_, info) = self.info(name)?;
         let found = trim_trailing_ones(&info.dims);
         if found != [n as u64] {
-            return Err(ModelError::ShapeMismatch { tensor: name.to_string(), expected: vec![n as u64], found: info.dims.clone() });
+            return Err(ModelError::ShapeMismatch {
+                tensor: name.to_string(),
+                expected: vec![n as u64],
+                found: info.dims.clone(),
+            });
         }
         let mut out = vec![0.0f32; n];
-        kiln_quant::dequantize_row(info.ty, self.file.tensor_data(info), &mut out).map_err(|_| {
-            ModelError::UnsupportedTensorType { tensor: name.to_string(), type_id: info.ty.id(), type_name: info.ty.name() }
-        })?;
+        kiln_quant::dequantize_row(info.ty, self.file.tensor_data(info), &mut out).map_err(
+            |_| ModelError::UnsupportedTensorType {
+                tensor: name.to_string(),
+                type_id: info.ty.id(),
+                type_name: info.ty.name(),
+            },
+        )?;
         Ok(out)
-    }
-
-    /// An optional vector.
-    pub fn opt_vector(&self, name: &str, n: usize) -> Result<Option<Vec<f32>>, ModelError> {
-        if self.has(name) { self.vector(name, n).map(Some) } else { Ok(None) }
     }
 
     /// The kernel view of a weight.
     pub fn view(&self, w: &Weight) -> Result<QMatrix<'_>, ModelError> {
         let data = self.file.tensor_data(&self.file.tensors()[w.index]);
-        Ok(QMatrix::new(w.ty, w.rows, w.cols, data)?)
+        QMatrix::new(w.ty, w.rows, w.cols, data).map_err(|e| match e {
+            kiln_quant::QuantError::UnsupportedType { type_name, type_id } => {
+                ModelError::UnsupportedTensorType {
+                    tensor: w.name.clone(),
+                    type_id,
+                    type_name,
+                }
+            }
+            other => ModelError::Quant(other),
+        })
     }
 }
 

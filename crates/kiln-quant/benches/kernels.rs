@@ -1,8 +1,9 @@
 //! Kernel throughput per type × ISA, and the SmolLM2-135M matmul shapes.
 //!
 //! `cargo bench -p kiln-quant --bench kernels` (filter with a trailing name, e.g. `-- matmul`).
-//! Dot and dequantize report GB/s of *weight* bytes on an L1/L2-resident row; matmul reports
-//! the time per call on the current rayon pool (all cores) and single-threaded.
+//! Dot and dequantize report GB/s of *weight* bytes on an L1/L2-resident row; quantize GB/s
+//! of f32 input; matmul the time per call inside a pool of all cores and of one thread
+//! (throughput in multiply-accumulates).
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -26,7 +27,9 @@ const TYPES: &[GgmlType] = &[
 fn bytes(n: usize, mut s: u64) -> Vec<u8> {
     (0..n)
         .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (s >> 33) as u8
         })
         .collect()
@@ -54,7 +57,10 @@ fn weights(ty: GgmlType, n_elems: usize) -> Vec<u8> {
 }
 
 fn acts(n: usize) -> Vec<f32> {
-    bytes(n, 99).iter().map(|&b| b as f32 / 64.0 - 2.0).collect()
+    bytes(n, 99)
+        .iter()
+        .map(|&b| b as f32 / 64.0 - 2.0)
+        .collect()
 }
 
 fn tables() -> Vec<&'static kiln_quant::Kernels> {
@@ -73,7 +79,8 @@ fn bench_dot(c: &mut Criterion) {
         g.throughput(Throughput::Bytes(w.len() as u64));
         for k in tables() {
             let mut a = vec![0u8; n / act.block_elems() * act.block_bytes()];
-            k.quantize_activations(act, &acts(n), &mut a).expect("quantize");
+            k.quantize_activations(act, &acts(n), &mut a)
+                .expect("quantize");
             g.bench_with_input(BenchmarkId::new(ty.name(), k.isa()), &(), |b, _| {
                 b.iter(|| k.dot(ty, black_box(&w), black_box(&a)).expect("dot"))
             });
@@ -94,7 +101,10 @@ fn bench_dequant(c: &mut Criterion) {
         g.throughput(Throughput::Bytes(w.len() as u64));
         for k in tables() {
             g.bench_with_input(BenchmarkId::new(ty.name(), k.isa()), &(), |b, _| {
-                b.iter(|| k.dequantize(ty, black_box(&w), &mut out).expect("dequantize"))
+                b.iter(|| {
+                    k.dequantize(ty, black_box(&w), &mut out)
+                        .expect("dequantize")
+                })
             });
         }
     }
@@ -109,11 +119,19 @@ fn bench_quantize(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(1))
         .sample_size(20);
     g.throughput(Throughput::Bytes((n * 4) as u64));
-    for act in [GgmlType::Q8_0, GgmlType::Q8_1, GgmlType::Q8_K, GgmlType::F16] {
+    for act in [
+        GgmlType::Q8_0,
+        GgmlType::Q8_1,
+        GgmlType::Q8_K,
+        GgmlType::F16,
+    ] {
         for k in tables() {
             let mut out = vec![0u8; n / act.block_elems() * act.block_bytes()];
             g.bench_with_input(BenchmarkId::new(act.name(), k.isa()), &(), |b, _| {
-                b.iter(|| k.quantize_activations(act, black_box(&x), &mut out).expect("q"))
+                b.iter(|| {
+                    k.quantize_activations(act, black_box(&x), &mut out)
+                        .expect("q")
+                })
             });
         }
     }
@@ -125,7 +143,13 @@ fn bench_matmul(c: &mut Criterion) {
     g.warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2))
         .sample_size(20);
-    let single = rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("pool");
+    // Callers are expected to run inside the pool (`pool.install`): from outside, every
+    // matmul pays a hand-off to the pool's threads and back.
+    let all = rayon::ThreadPoolBuilder::new().build().expect("pool");
+    let single = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("pool");
     for ty in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q5_0] {
         for (rows, cols) in [(576usize, 576usize), (1536, 576)] {
             let data = weights(ty, rows * cols);
@@ -137,7 +161,7 @@ fn bench_matmul(c: &mut Criterion) {
                 g.throughput(Throughput::Elements((rows * cols * n) as u64));
                 let id = format!("{}/{rows}x{cols}/n{n}", ty.name());
                 g.bench_function(BenchmarkId::new(id.clone(), "all-threads"), |b| {
-                    b.iter(|| matmul(&w, black_box(&x), n, &mut y, &mut s))
+                    all.install(|| b.iter(|| matmul(&w, black_box(&x), n, &mut y, &mut s)))
                 });
                 g.bench_function(BenchmarkId::new(id, "1-thread"), |b| {
                     single.install(|| b.iter(|| matmul(&w, black_box(&x), n, &mut y, &mut s)))

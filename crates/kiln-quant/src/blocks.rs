@@ -219,7 +219,14 @@ mod tests {
 
     #[test]
     fn bf16_rounding_matches_half_for_finite_values() {
-        for &x in &[1.0f32, -2.5, 3.14159, 1e-30, 65504.0, 1.0 + f32::EPSILON * 3.0] {
+        for &x in &[
+            1.0f32,
+            -2.5,
+            3.25159,
+            1e-30,
+            65504.0,
+            1.0 + f32::EPSILON * 3.0,
+        ] {
             assert_eq!(f32_to_bf16(x), bf16::from_f32(x).to_bits(), "{x}");
         }
         assert_eq!(bf16_to_f32(0x3f80), 1.0);

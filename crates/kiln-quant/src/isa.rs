@@ -33,7 +33,9 @@ impl Isa {
     /// Parses a name (case-insensitive, surrounding blanks ignored).
     pub fn from_name(name: &str) -> Option<Isa> {
         let name = name.trim();
-        Isa::ALL.into_iter().find(|i| i.name().eq_ignore_ascii_case(name))
+        Isa::ALL
+            .into_iter()
+            .find(|i| i.name().eq_ignore_ascii_case(name))
     }
 
     /// Whether this CPU can run code for this level (runtime detection).
@@ -80,11 +82,15 @@ impl fmt::Display for Isa {
 /// Why the requested instruction set cannot be used.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum IsaError {
-    #[error("KILN_ISA={value:?} is not an instruction set Kiln knows (expected one of: scalar, avx2, avx512, neon)")]
+    #[error(
+        "KILN_ISA={value:?} is not an instruction set Kiln knows (expected one of: scalar, avx2, avx512, neon)"
+    )]
     UnknownName { value: String },
     #[error("KILN_ISA={isa} was requested but this CPU lacks it (needs {needs})")]
     NotOnThisCpu { isa: Isa, needs: &'static str },
-    #[error("KILN_ISA={isa} was requested; this CPU has it but Kiln has no {isa} kernels yet (available here: {available})")]
+    #[error(
+        "KILN_ISA={isa} was requested; this CPU has it but Kiln has no {isa} kernels yet (available here: {available})"
+    )]
     NoKernels { isa: Isa, available: String },
 }
 

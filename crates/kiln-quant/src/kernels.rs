@@ -27,9 +27,68 @@ pub(crate) type ActFn = unsafe fn(src: &[f32], dst: &mut [u8]);
 pub(crate) type DequantFn = unsafe fn(src: &[u8], dst: &mut [f32]);
 /// Dot of one weight row with one activation row of the weight's `vec_dot_type`.
 pub(crate) type DotFn = unsafe fn(w: &[u8], a: &[u8]) -> f32;
-/// Dots of one weight row with four activation rows that start `stride` bytes apart in `a`.
-/// Each result must equal [`DotFn`]'s bit for bit (same operations in the same order).
-pub(crate) type Dot4Fn = unsafe fn(w: &[u8], a: &[u8], stride: usize, out: &mut [f32; 4]);
+/// Dots of four consecutive weight rows (`w` holds them, `row_bytes` apart) with one
+/// activation row: the GEMV kernel. Each result must equal [`DotFn`]'s bit for bit.
+pub(crate) type DotRowsFn = unsafe fn(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32; 4]);
+/// Dots of one weight row with four activation rows. Each result must equal [`DotFn`]'s bit
+/// for bit (same operations in the same order).
+pub(crate) type Dot4Fn = unsafe fn(w: &[u8], a: Act4<'_>, out: &mut [f32; 4]);
+
+/// Four activation rows for the GEMM micro-kernel: row `t` is `a[t * stride..][..row_bytes]`.
+/// For Q8_0/Q8_1 activations `sc` also holds each row's block scales widened to `f32` (see
+/// [`act_scales`]), row `t` at `t * sc_stride`, so the micro-kernel, which reuses each
+/// activation row for many weight rows, does not convert them again for every weight row.
+#[derive(Clone, Copy)]
+pub(crate) struct Act4<'a> {
+    pub(crate) a: &'a [u8],
+    pub(crate) stride: usize,
+    pub(crate) sc: &'a [f32],
+    pub(crate) sc_stride: usize,
+}
+
+impl<'a> Act4<'a> {
+    /// Row `t` (`len` bytes).
+    #[inline(always)]
+    pub(crate) fn row(&self, t: usize, len: usize) -> &'a [u8] {
+        &self.a[t * self.stride..t * self.stride + len]
+    }
+
+    /// Scales of row `t` (`len` values).
+    #[inline(always)]
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn scales(&self, t: usize, len: usize) -> &'a [f32] {
+        &self.sc[t * self.sc_stride..t * self.sc_stride + len]
+    }
+}
+
+/// Number of `f32` scales [`act_scales`] writes for a row of `n_blocks` blocks of `a`.
+pub(crate) fn act_scale_count(a: AType, n_blocks: usize) -> usize {
+    match a {
+        AType::Q8_0 => n_blocks,
+        AType::Q8_1 => 2 * n_blocks,
+        _ => 0,
+    }
+}
+
+/// Widens the block scales of one activation row: Q8_0 → `d` per block, Q8_1 → `d, s` per
+/// block (exact conversions); nothing for the other types.
+pub(crate) fn act_scales(a: AType, row: &[u8], out: &mut [f32]) {
+    use crate::blocks::{BlockQ8_0, BlockQ8_1, as_blocks};
+    match a {
+        AType::Q8_0 => {
+            for (o, b) in out.iter_mut().zip(as_blocks::<BlockQ8_0>(row)) {
+                *o = b.d.to_f32();
+            }
+        }
+        AType::Q8_1 => {
+            for (o, b) in out.chunks_exact_mut(2).zip(as_blocks::<BlockQ8_1>(row)) {
+                o[0] = b.d.to_f32();
+                o[1] = b.s.to_f32();
+            }
+        }
+        _ => {}
+    }
+}
 
 /// One kernel and the ISA whose code it is.
 #[derive(Clone, Copy)]
@@ -42,6 +101,7 @@ pub(crate) struct Imp<F> {
 pub(crate) struct WeightKernels {
     pub(crate) dequant: Imp<DequantFn>,
     pub(crate) dot: Imp<DotFn>,
+    pub(crate) dotr4: Imp<DotRowsFn>,
     pub(crate) dot4: Imp<Dot4Fn>,
 }
 
@@ -58,7 +118,8 @@ pub struct Kernels {
 /// Which ISA implements one kernel of a table (see [`Kernels::implementations`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelImpl {
-    /// `"quantize"` (activations), `"dequantize"`, `"dot"` or `"dot4"`.
+    /// `"quantize"` (activations), `"dequantize"`, `"dot"`, `"dotr4"` (GEMV: four weight
+    /// rows × one token) or `"dot4"` (GEMM: one weight row × four tokens).
     pub kernel: &'static str,
     pub ty: GgmlType,
     pub isa: Isa,
@@ -89,7 +150,7 @@ fn check_len(
 /// Elements in `bytes` of type `ty`, if `bytes` is a whole number of blocks.
 fn elems_in(ty: GgmlType, bytes: usize) -> Result<usize, QuantError> {
     let bb = ty.block_bytes();
-    if bytes % bb != 0 {
+    if !bytes.is_multiple_of(bb) {
         return Err(QuantError::BadShape {
             type_name: ty.name(),
             what: "bytes (not a whole number of blocks)",
@@ -101,7 +162,7 @@ fn elems_in(ty: GgmlType, bytes: usize) -> Result<usize, QuantError> {
 }
 
 fn check_whole_blocks(ty: GgmlType, n: usize) -> Result<(), QuantError> {
-    if n % ty.block_elems() != 0 {
+    if !n.is_multiple_of(ty.block_elems()) {
         return Err(QuantError::PartialBlock {
             type_name: ty.name(),
             elems: n,
@@ -157,16 +218,55 @@ impl Kernels {
     }
 
     /// The GEMM micro-kernel: dots of `w` with four activation rows laid end to end in `a`.
-    /// Each result equals [`Kernels::dot`] of the same row bit for bit.
+    /// Each result equals [`Kernels::dot`] of the same row bit for bit. (A checked entry point
+    /// for tests and benchmarks: it widens the activation scales into a fresh buffer on every
+    /// call, which the matmul driver does once per batch.)
     pub fn dot4(&self, ty: GgmlType, w: &[u8], a: &[u8]) -> Result<[f32; 4], QuantError> {
         let wt = wtype(ty)?;
         let n = elems_in(ty, w.len())?;
         let at = wt.act();
         let stride = at.row_bytes(n);
         check_len(at.ggml(), "activation bytes (4 rows)", 4 * stride, a.len())?;
+        let n_sc = act_scale_count(at, n / at.ggml().block_elems());
+        let mut sc = vec![0.0f32; 4 * n_sc];
+        for t in 0..4 {
+            act_scales(
+                at,
+                &a[t * stride..(t + 1) * stride],
+                &mut sc[t * n_sc..(t + 1) * n_sc],
+            );
+        }
+        let a4 = Act4 {
+            a,
+            stride,
+            sc: &sc,
+            sc_stride: n_sc,
+        };
         let mut out = [0.0; 4];
         // SAFETY: as in `quantize_activations`; lengths checked above.
-        unsafe { (self.weights[wt as usize].dot4.f)(w, a, stride, &mut out) };
+        unsafe { (self.weights[wt as usize].dot4.f)(w, a4, &mut out) };
+        Ok(out)
+    }
+
+    /// The GEMV kernel: dots of four consecutive weight rows (laid end to end in `w`) with one
+    /// activation row. Each result equals [`Kernels::dot`] of that row bit for bit.
+    pub fn dotr4(&self, ty: GgmlType, w: &[u8], a: &[u8]) -> Result<[f32; 4], QuantError> {
+        let wt = wtype(ty)?;
+        let total = elems_in(ty, w.len())?;
+        if total % 4 != 0 || !(total / 4).is_multiple_of(ty.block_elems()) {
+            return Err(QuantError::BadShape {
+                type_name: ty.name(),
+                what: "weight bytes (not four whole rows)",
+                expected: w.len() / 4 * 4,
+                actual: w.len(),
+            });
+        }
+        let n = total / 4;
+        let at = wt.act();
+        check_len(at.ggml(), "activation bytes", at.row_bytes(n), a.len())?;
+        let mut out = [0.0; 4];
+        // SAFETY: as in `quantize_activations`; lengths checked above.
+        unsafe { (self.weights[wt as usize].dotr4.f)(w, w.len() / 4, a, &mut out) };
         Ok(out)
     }
 
@@ -185,6 +285,7 @@ impl Kernels {
             for (kernel, isa) in [
                 ("dequantize", k.dequant.isa),
                 ("dot", k.dot.isa),
+                ("dotr4", k.dotr4.isa),
                 ("dot4", k.dot4.isa),
             ] {
                 v.push(KernelImpl {

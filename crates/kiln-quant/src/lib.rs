@@ -24,11 +24,11 @@
 //!
 //! | kernel | scalar | avx2 |
 //! |---|---|---|
-//! | quantize Q8_0, Q8_1, F16 | ✓ | ✓ |
-//! | quantize Q8_K, BF16, F32 | ✓ | scalar (ggml's x86 build also uses scalar code) |
+//! | quantize Q8_0, Q8_1, Q8_K, F16 | ✓ | ✓ |
+//! | quantize BF16, F32 | ✓ | scalar (conversion / copy; not hot) |
 //! | dequantize F16, BF16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K | ✓ | ✓ |
 //! | dequantize F32 | ✓ | scalar (a copy) |
-//! | dot, dot4 of every weight type | ✓ | ✓ |
+//! | dot, dotr4 (GEMV), dot4 (GEMM) of every weight type | ✓ | ✓ (K-quant and float `dotr4`/float `dot4`: repeated single dots) |
 //!
 //! AVX-512/VNNI and NEON tables come later; until then `KILN_ISA=avx512|neon` is an error.
 
@@ -74,8 +74,25 @@ pub fn is_activation_type(ty: GgmlType) -> bool {
     AType::of(ty).is_some()
 }
 
-/// Dequantizes whole blocks of `ty` from `src` into `dst` (`dst.len()` elements), with the
-/// active kernels.
+/// Dequantizes the first `dst.len()` elements of `src` (blocks of `ty`) into `dst`, with the
+/// active kernels. `dst.len()` must be a whole number of blocks and `src` must hold them.
 pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantError> {
+    if !is_supported(ty) {
+        return Err(QuantError::unsupported(ty));
+    }
+    if !dst.len().is_multiple_of(ty.block_elems()) {
+        return Err(QuantError::PartialBlock {
+            type_name: ty.name(),
+            elems: dst.len(),
+            block_elems: ty.block_elems(),
+        });
+    }
+    let need = dst.len() / ty.block_elems() * ty.block_bytes();
+    let src = src.get(..need).ok_or(QuantError::BadShape {
+        type_name: ty.name(),
+        what: "source bytes (too few for the requested elements)",
+        expected: need,
+        actual: src.len(),
+    })?;
     kernels().dequantize(ty, src, dst)
 }

@@ -9,7 +9,7 @@ use kiln_format::GgmlType;
 use rayon::prelude::*;
 
 use crate::error::QuantError;
-use crate::kernels::{Kernels, WeightKernels, kernels};
+use crate::kernels::{Act4, Kernels, WeightKernels, act_scale_count, act_scales, kernels};
 use crate::types::{AType, WType};
 
 /// A row-major matrix of `rows` rows of `cols` elements of one GGML type, borrowed from
@@ -29,7 +29,7 @@ impl<'a> QMatrix<'a> {
     /// and that `data` holds exactly `rows` rows.
     pub fn new(ty: GgmlType, rows: usize, cols: usize, data: &'a [u8]) -> Result<Self, QuantError> {
         let wt = WType::of(ty).ok_or(QuantError::unsupported(ty))?;
-        if cols % ty.block_elems() != 0 {
+        if !cols.is_multiple_of(ty.block_elems()) {
             return Err(QuantError::PartialBlock {
                 type_name: ty.name(),
                 elems: cols,
@@ -114,6 +114,9 @@ pub struct MatmulScratch {
     n_tokens: usize,
     cols: usize,
     acts: [Vec<u8>; AType::COUNT],
+    /// Per activation row, its block scales widened to `f32` (Q8_0, Q8_1; see `act_scales`),
+    /// for the GEMM micro-kernels.
+    scales: [Vec<f32>; AType::COUNT],
     ready: [bool; AType::COUNT],
 }
 
@@ -140,37 +143,54 @@ impl MatmulScratch {
         self.ready = [false; AType::COUNT];
     }
 
-    /// The prepared rows converted to `a` (converting them now if needed).
-    fn act_rows(&mut self, k: &Kernels, a: AType) -> &[u8] {
+    /// The prepared rows converted to `a` (converting them now if needed), their widened
+    /// scales for the GEMM micro-kernels, and the scales' per-row stride.
+    fn act_rows(&mut self, k: &Kernels, a: AType) -> (&[u8], &[f32], usize) {
         let i = a as usize;
+        let n_sc = act_scale_count(a, self.cols / a.ggml().block_elems());
+        // One slot per row at least, so rows and scale rows zip one to one.
+        let sc_stride = n_sc.max(1);
         if !self.ready[i] {
             let rb = a.row_bytes(self.cols);
             let buf = &mut self.acts[i];
             buf.resize(self.n_tokens * rb, 0);
+            let sc = &mut self.scales[i];
+            sc.resize(self.n_tokens * sc_stride, 0.0);
             let f = k.act[i].f;
             let cols = self.cols;
-            // SAFETY (both calls): `k` exists only for an ISA this CPU supports; each source
-            // row has `cols` values (a whole number of blocks: the weight type's block size
-            // is a multiple of its activation type's) and each destination row `rb` bytes.
-            if self.x.len() >= ACT_PAR_MIN_ELEMS && rb > 0 {
-                buf.par_chunks_mut(rb)
-                    .zip(self.x.par_chunks(cols))
-                    .for_each(|(dst, src)| unsafe { f(src, dst) });
-            } else if rb > 0 {
-                for (dst, src) in buf.chunks_mut(rb).zip(self.x.chunks(cols)) {
-                    unsafe { f(src, dst) };
+            let convert = |((dst, src), sc): ((&mut [u8], &[f32]), &mut [f32])| {
+                // SAFETY: `k` exists only for an ISA this CPU supports; `src` has `cols`
+                // values (a whole number of blocks: a weight type's block size is a multiple
+                // of its activation type's) and `dst` is one row of `rb` bytes.
+                unsafe { f(src, dst) };
+                act_scales(a, dst, &mut sc[..n_sc]);
+            };
+            if rb > 0 && cols > 0 {
+                if self.x.len() >= ACT_PAR_MIN_ELEMS {
+                    buf.par_chunks_mut(rb)
+                        .zip(self.x.par_chunks(cols))
+                        .zip(sc.par_chunks_mut(sc_stride))
+                        .for_each(convert);
+                } else {
+                    buf.chunks_mut(rb)
+                        .zip(self.x.chunks(cols))
+                        .zip(sc.chunks_mut(sc_stride))
+                        .for_each(convert);
                 }
             }
             self.ready[i] = true;
         }
-        &self.acts[i]
+        (&self.acts[i], &self.scales[i], sc_stride)
     }
 }
 
 /// `y[t * rows + r] = sum_c W[r][c] * x[t * cols + c]` for `t in 0..n_tokens`.
 ///
 /// Activations are converted once per token row to `vec_dot_type(w.ty())` the way ggml's
-/// x86 build does. Runs on the current rayon pool.
+/// x86 build does. Runs on the current rayon pool: call it from inside the pool
+/// (`pool.install(|| forward(...))`). Called from a thread outside the pool, every matmul
+/// hands its work to the pool's threads and sleeps until they finish, which at decode
+/// (about 200 matmuls a token) costs more than the matmuls themselves.
 ///
 /// # Panics
 /// If `x.len() != n_tokens * w.cols()` or `y.len() != n_tokens * w.rows()`.
@@ -205,12 +225,18 @@ pub fn matmul_prepared_with(k: &Kernels, w: &QMatrix, scratch: &mut MatmulScratc
     );
     let at = w.wt.act();
     let stride = at.row_bytes(w.cols);
-    let acts = scratch.act_rows(k, at);
+    let (acts, sc, sc_stride) = scratch.act_rows(k, at);
     let wk = k.weight(w.wt);
     if n == 1 {
         gemv(wk, w, acts, y);
     } else if n > 1 {
-        gemm(wk, w, acts, stride, n, y);
+        let a = Act4 {
+            a: acts,
+            stride,
+            sc,
+            sc_stride,
+        };
+        gemm(wk, w, a, n, y);
     }
 }
 
@@ -221,12 +247,23 @@ const GEMV_PAR_MIN_BYTES: usize = 48 * 1024;
 const GEMV_MIN_ROWS: usize = 16;
 
 fn gemv(wk: &WeightKernels, w: &QMatrix, a: &[u8], y: &mut [f32]) {
-    let dot = wk.dot.f;
+    let (dot, dotr4) = (wk.dot.f, wk.dotr4.f);
+    let rb = w.row_bytes;
     let run = |r0: usize, ys: &mut [f32]| {
-        for (i, o) in ys.iter_mut().enumerate() {
-            // SAFETY: `wk` comes from a `Kernels` for an ISA this CPU supports; the row is
-            // whole blocks and `a` is one activation row of the matching length.
-            *o = unsafe { dot(w.row(r0 + i), a) };
+        let mut quads = ys.chunks_exact_mut(4);
+        let mut r = r0;
+        for q in &mut quads {
+            let mut o = [0.0f32; 4];
+            // SAFETY: `wk` comes from a `Kernels` for an ISA this CPU supports; the slice is
+            // four whole rows `rb` apart and `a` one activation row of the matching length.
+            unsafe { dotr4(&w.data[r * rb..(r + 4) * rb], rb, a, &mut o) };
+            q.copy_from_slice(&o);
+            r += 4;
+        }
+        for o in quads.into_remainder() {
+            // SAFETY: as above, one row.
+            *o = unsafe { dot(w.row(r), a) };
+            r += 1;
         }
     };
     let threads = rayon::current_num_threads();
@@ -234,9 +271,13 @@ fn gemv(wk: &WeightKernels, w: &QMatrix, a: &[u8], y: &mut [f32]) {
         run(0, y);
         return;
     }
-    // One contiguous chunk per thread: at decode the fixed cost of a task matters more than
-    // balance (all rows cost the same).
-    let chunk = w.rows.div_ceil(threads).max(GEMV_MIN_ROWS);
+    // One contiguous chunk per thread (a multiple of 4 rows): at decode the fixed cost of a
+    // task matters more than balance (all rows cost the same).
+    let chunk = w
+        .rows
+        .div_ceil(threads)
+        .next_multiple_of(4)
+        .max(GEMV_MIN_ROWS);
     y.par_chunks_mut(chunk)
         .enumerate()
         .for_each(|(c, ys)| run(c * chunk, ys));
@@ -271,8 +312,10 @@ impl SharedOut {
     }
 }
 
-fn gemm(wk: &WeightKernels, w: &QMatrix, a: &[u8], stride: usize, n: usize, y: &mut [f32]) {
+/// `a` holds all `n` activation rows (`Act4` used as a strided view of every row).
+fn gemm(wk: &WeightKernels, w: &QMatrix, a: Act4<'_>, n: usize, y: &mut [f32]) {
     let rows = w.rows;
+    let stride = a.stride;
     let tt = ((TOKEN_TILE_BYTES / stride.max(1)).clamp(4, 64) / 4) * 4;
     let n_tt = n.div_ceil(tt);
     let threads = rayon::current_num_threads();
@@ -292,7 +335,7 @@ fn gemm(wk: &WeightKernels, w: &QMatrix, a: &[u8], stride: usize, n: usize, y: &
         let (r0, r1) = (ri * rc, ((ri + 1) * rc).min(rows));
         // SAFETY: task (ti, ri) writes exactly the outputs of tokens t0..t1 and rows r0..r1;
         // the tasks partition tokens × rows, so no two write the same element.
-        unsafe { gemm_tile(wk, w, a, stride, (t0, t1), (r0, r1), &out) };
+        unsafe { gemm_tile(wk, w, a, (t0, t1), (r0, r1), &out) };
     };
     let n_tasks = n_tt * row_splits;
     if threads <= 1 || n_tasks == 1 {
@@ -307,25 +350,30 @@ fn gemm(wk: &WeightKernels, w: &QMatrix, a: &[u8], stride: usize, n: usize, y: &
 unsafe fn gemm_tile(
     wk: &WeightKernels,
     w: &QMatrix,
-    a: &[u8],
-    stride: usize,
+    a: Act4<'_>,
     (t0, t1): (usize, usize),
     (r0, r1): (usize, usize),
     out: &SharedOut,
 ) {
     let rows = w.rows;
+    let stride = a.stride;
     let (dot, dot4) = (wk.dot.f, wk.dot4.f);
     let mut rb = r0;
     while rb < r1 {
         let re = (rb + ROW_BLOCK).min(r1);
         let mut t = t0;
         while t + 4 <= t1 {
-            let a4 = &a[t * stride..(t + 4) * stride];
+            let a4 = Act4 {
+                a: &a.a[t * stride..(t + 4) * stride],
+                stride,
+                sc: &a.sc[t * a.sc_stride..(t + 4) * a.sc_stride],
+                sc_stride: a.sc_stride,
+            };
             for r in rb..re {
                 let mut o = [0.0f32; 4];
-                // SAFETY: kernels of a supported ISA; `a4` is four activation rows at
-                // `stride`, ending where the fourth ends.
-                unsafe { dot4(w.row(r), a4, stride, &mut o) };
+                // SAFETY: kernels of a supported ISA; `a4` is four activation rows with
+                // their scales, the rows ending where the fourth ends.
+                unsafe { dot4(w.row(r), a4, &mut o) };
                 for (i, v) in o.into_iter().enumerate() {
                     // SAFETY: (t + i, r) is in this tile.
                     unsafe { out.write((t + i) * rows + r, v) };
@@ -334,7 +382,7 @@ unsafe fn gemm_tile(
             t += 4;
         }
         for t in t..t1 {
-            let a1 = &a[t * stride..(t + 1) * stride];
+            let a1 = &a.a[t * stride..(t + 1) * stride];
             for r in rb..re {
                 // SAFETY: as above, one activation row.
                 let v = unsafe { dot(w.row(r), a1) };

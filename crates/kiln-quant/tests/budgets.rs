@@ -33,7 +33,11 @@ fn quantized_dots_stay_within_their_type_budget() {
         let mut worst = 0.0f64;
         for seed in 0..200u64 {
             let mut rng = SeedRng::new(seed * 7 + ty.id() as u64);
-            let nb = if ty.block_elems() == 256 { 1 + seed as usize % 4 } else { 1 + seed as usize % 40 };
+            let nb = if ty.block_elems() == 256 {
+                1 + seed as usize % 4
+            } else {
+                1 + seed as usize % 40
+            };
             let nb = if ty.block_elems() == 1 { nb * 32 } else { nb };
             let w = random_weights(ty, nb, &mut rng);
             let x: Vec<f32> = (0..elems(ty, nb)).map(|_| rng.normal()).collect();

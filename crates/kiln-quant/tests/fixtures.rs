@@ -51,11 +51,16 @@ fn fixtures() -> Vec<Fixture> {
 #[test]
 fn fixtures_cover_every_quantized_weight_type_and_every_model() {
     let f = fixtures();
-    for ty in ["F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q6_K"] {
+    for ty in [
+        "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q6_K",
+    ] {
         assert!(f.iter().any(|x| x.ty.name() == ty), "no fixture for {ty}");
     }
     for model in ["smollm2", "gemma3", "qwen25"] {
-        assert!(f.iter().any(|x| x.name.ends_with(model)), "no fixture from {model}");
+        assert!(
+            f.iter().any(|x| x.name.ends_with(model)),
+            "no fixture from {model}"
+        );
     }
 }
 
@@ -84,7 +89,11 @@ fn qmatrix_rows_dequantize_like_the_whole_buffer() {
     // The fixtures are runs of whole blocks; view each as a matrix of one-block rows.
     for fx in fixtures() {
         let (be, bb) = (fx.ty.block_elems(), fx.ty.block_bytes());
-        let (cols, rows) = if be == 1 { (64, fx.expected.len() / 64) } else { (be, fx.blocks.len() / bb) };
+        let (cols, rows) = if be == 1 {
+            (64, fx.expected.len() / 64)
+        } else {
+            (be, fx.blocks.len() / bb)
+        };
         let m = kiln_quant::QMatrix::new(fx.ty, rows, cols, &fx.blocks[..rows * cols / be * bb])
             .expect("qmatrix");
         let mut row = vec![0.0f32; cols];
@@ -92,7 +101,9 @@ fn qmatrix_rows_dequantize_like_the_whole_buffer() {
             m.dequantize_row(r, &mut row);
             let want = &fx.expected[r * cols..(r + 1) * cols];
             assert!(
-                row.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                row.iter()
+                    .zip(want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
                 "{} row {r}",
                 fx.name
             );

@@ -25,7 +25,12 @@ fn names_round_trip_and_parse_case_insensitively() {
 #[test]
 fn an_unknown_name_is_an_error_that_lists_the_choices() {
     let e = select_isa(Some("sse9")).expect_err("unknown");
-    assert_eq!(e, IsaError::UnknownName { value: "sse9".into() });
+    assert_eq!(
+        e,
+        IsaError::UnknownName {
+            value: "sse9".into()
+        }
+    );
     assert!(e.to_string().contains("scalar, avx2, avx512, neon"));
 }
 
@@ -34,12 +39,19 @@ fn an_isa_the_cpu_lacks_is_refused_not_replaced() {
     #[cfg(target_arch = "x86_64")]
     {
         let e = select_isa(Some("neon")).expect_err("no neon on x86");
-        assert!(matches!(e, IsaError::NotOnThisCpu { isa: Isa::Neon, .. }), "{e}");
+        assert!(
+            matches!(e, IsaError::NotOnThisCpu { isa: Isa::Neon, .. }),
+            "{e}"
+        );
         assert!(e.to_string().contains("lacks"));
         // AVX-512: refused either because the CPU lacks it or because Kiln has no kernels.
         match select_isa(Some("avx512")) {
-            Err(IsaError::NotOnThisCpu { isa: Isa::Avx512, .. }) => assert!(!Isa::Avx512.cpu_has()),
-            Err(IsaError::NoKernels { isa: Isa::Avx512, .. }) => assert!(Isa::Avx512.cpu_has()),
+            Err(IsaError::NotOnThisCpu {
+                isa: Isa::Avx512, ..
+            }) => assert!(!Isa::Avx512.cpu_has()),
+            Err(IsaError::NoKernels {
+                isa: Isa::Avx512, ..
+            }) => assert!(Isa::Avx512.cpu_has()),
             other => panic!("avx512: {other:?}"),
         }
         assert!(kernels_for(Isa::Neon).is_none());
@@ -51,14 +63,24 @@ fn this_x86_machine_runs_the_avx2_kernels_in_tests() {
     // The brief's machine has AVX2; if it ever does not, the agreement tests would only
     // compare scalar with itself, so say so loudly.
     #[cfg(target_arch = "x86_64")]
-    assert!(kernels_for(Isa::Avx2).is_some(), "AVX2 kernels unavailable: SIMD paths untested");
+    assert!(
+        kernels_for(Isa::Avx2).is_some(),
+        "AVX2 kernels unavailable: SIMD paths untested"
+    );
 }
 
 #[test]
 fn coverage_table_matches_the_crate_docs() {
     let scalar = kernels_for(Isa::Scalar).expect("scalar");
-    assert!(scalar.implementations().iter().all(|i| i.isa == Isa::Scalar));
-    let Some(avx2) = kernels_for(Isa::Avx2) else { return };
+    assert!(
+        scalar
+            .implementations()
+            .iter()
+            .all(|i| i.isa == Isa::Scalar)
+    );
+    let Some(avx2) = kernels_for(Isa::Avx2) else {
+        return;
+    };
     let imps = avx2.implementations();
     let isa_of = |kernel: &str, ty: GgmlType| {
         imps.iter()
@@ -66,16 +88,26 @@ fn coverage_table_matches_the_crate_docs() {
             .map(|i| i.isa)
             .expect("listed")
     };
-    for ty in [GgmlType::Q8_0, GgmlType::Q8_1, GgmlType::F16] {
+    for ty in [
+        GgmlType::Q8_0,
+        GgmlType::Q8_1,
+        GgmlType::Q8_K,
+        GgmlType::F16,
+    ] {
         assert_eq!(isa_of("quantize", ty), Isa::Avx2, "quantize {ty}");
     }
-    for ty in [GgmlType::Q8_K, GgmlType::BF16, GgmlType::F32] {
+    for ty in [GgmlType::BF16, GgmlType::F32] {
         assert_eq!(isa_of("quantize", ty), Isa::Scalar, "quantize {ty}");
     }
     for ty in kiln_quant::supported_types() {
         assert_eq!(isa_of("dot", ty), Isa::Avx2, "dot {ty}");
         assert_eq!(isa_of("dot4", ty), Isa::Avx2, "dot4 {ty}");
-        let want = if ty == GgmlType::F32 { Isa::Scalar } else { Isa::Avx2 };
+        assert_eq!(isa_of("dotr4", ty), Isa::Avx2, "dotr4 {ty}");
+        let want = if ty == GgmlType::F32 {
+            Isa::Scalar
+        } else {
+            Isa::Avx2
+        };
         assert_eq!(isa_of("dequantize", ty), want, "dequantize {ty}");
     }
 }
@@ -92,10 +124,18 @@ fn a_bad_kiln_isa_fails_at_startup_with_a_message() {
     }
     let exe = std::env::current_exe().expect("test binary");
     let out = std::process::Command::new(exe)
-        .args(["--exact", "a_bad_kiln_isa_fails_at_startup_with_a_message", "--nocapture"])
+        .args([
+            "--exact",
+            "a_bad_kiln_isa_fails_at_startup_with_a_message",
+            "--nocapture",
+        ])
         .env("KILN_ISA", "mmx")
         .env("KILN_ISA_CHILD", "mmx")
         .output()
         .expect("run child");
-    assert!(out.status.success(), "child: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "child: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

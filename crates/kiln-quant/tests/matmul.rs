@@ -72,7 +72,12 @@ fn matmul_outputs_equal_the_dot_kernel_bit_for_bit() {
                 let a = quantize(k, act, &x[t * cols..(t + 1) * cols]);
                 for r in 0..rows {
                     let d = k.dot(ty, w.row(r), &a).expect("dot");
-                    assert_eq!(y[t * rows + r].to_bits(), d.to_bits(), "{} {ty} t={t} r={r}", k.isa());
+                    assert_eq!(
+                        y[t * rows + r].to_bits(),
+                        d.to_bits(),
+                        "{} {ty} t={t} r={r}",
+                        k.isa()
+                    );
                 }
             }
         }
@@ -110,7 +115,13 @@ fn a_token_row_gives_the_same_bits_alone_and_in_a_batch_of_seven() {
 
 #[test]
 fn results_do_not_depend_on_the_number_of_threads() {
-    for &ty in &[GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_0] {
+    for &ty in &[
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+        GgmlType::Q5_0,
+    ] {
         let (rows, cols) = (300, if ty.block_elems() == 256 { 768 } else { 576 });
         let data = random_matrix(ty, rows, cols, 6);
         let w = QMatrix::new(ty, rows, cols, &data).expect("matrix");
@@ -159,7 +170,10 @@ fn one_preparation_serves_several_matrices_and_types() {
         matmul_prepared(&w, &mut shared, &mut a);
         let mut b = vec![0.0f32; 3 * rows];
         matmul(&w, &x, 3, &mut b, &mut MatmulScratch::default());
-        assert!(a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()), "{ty}");
+        assert!(
+            a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()),
+            "{ty}"
+        );
     }
 }
 
@@ -197,10 +211,27 @@ fn qmatrix_rejects_unsupported_types_with_the_type_name_and_id() {
 #[test]
 fn qmatrix_rejects_partial_blocks_and_wrong_lengths() {
     let e = QMatrix::new(GgmlType::Q4_K, 2, 300, &[0u8; 288]).expect_err("partial");
-    assert!(matches!(e, QuantError::PartialBlock { elems: 300, block_elems: 256, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            QuantError::PartialBlock {
+                elems: 300,
+                block_elems: 256,
+                ..
+            }
+        ),
+        "{e}"
+    );
     let e = QMatrix::new(GgmlType::Q8_0, 2, 64, &[0u8; 135]).expect_err("length");
     assert!(
-        matches!(e, QuantError::BadShape { expected: 136, actual: 135, .. }),
+        matches!(
+            e,
+            QuantError::BadShape {
+                expected: 136,
+                actual: 135,
+                ..
+            }
+        ),
         "{e}"
     );
     let e = QMatrix::new(GgmlType::Q8_0, usize::MAX / 2, 64, &[]).expect_err("overflow");
@@ -228,18 +259,38 @@ fn vec_dot_types_follow_ggml() {
 #[test]
 fn kernel_entry_points_report_bad_lengths() {
     let k = kernels();
-    let e = k.dot(GgmlType::Q8_0, &[0u8; 34], &[0u8; 33]).expect_err("short act");
-    assert!(matches!(e, QuantError::BadShape { expected: 34, actual: 33, .. }), "{e}");
-    let e = k.dequantize(GgmlType::Q4_0, &[0u8; 17], &mut [0.0; 32]).expect_err("partial");
+    let e = k
+        .dot(GgmlType::Q8_0, &[0u8; 34], &[0u8; 33])
+        .expect_err("short act");
+    assert!(
+        matches!(
+            e,
+            QuantError::BadShape {
+                expected: 34,
+                actual: 33,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = k
+        .dequantize(GgmlType::Q4_0, &[0u8; 17], &mut [0.0; 32])
+        .expect_err("partial");
     assert!(matches!(e, QuantError::BadShape { .. }), "{e}");
     let e = k
         .quantize_activations(GgmlType::Q4_0, &[0.0; 32], &mut [0u8; 18])
         .expect_err("not an activation type");
-    assert!(matches!(e, QuantError::NotAnActivationType { type_name: "Q4_0" }), "{e}");
+    assert!(
+        matches!(e, QuantError::NotAnActivationType { type_name: "Q4_0" }),
+        "{e}"
+    );
     let e = k
         .quantize_activations(GgmlType::Q8_K, &[0.0; 32], &mut [0u8; 292])
         .expect_err("partial block");
-    assert!(matches!(e, QuantError::PartialBlock { elems: 32, .. }), "{e}");
+    assert!(
+        matches!(e, QuantError::PartialBlock { elems: 32, .. }),
+        "{e}"
+    );
 }
 
 #[test]
@@ -248,4 +299,36 @@ fn an_empty_batch_is_a_no_op() {
     let w = QMatrix::new(GgmlType::Q8_0, 4, 64, &data).expect("matrix");
     let mut y: Vec<f32> = vec![];
     matmul(&w, &[], 0, &mut y, &mut MatmulScratch::default());
+}
+
+#[test]
+fn dequantize_row_reads_only_the_blocks_it_needs() {
+    let data = random_matrix(GgmlType::Q8_0, 3, 64, 9);
+    let whole = dequant(GgmlType::Q8_0, &data);
+    let mut first = vec![0.0f32; 64];
+    kiln_quant::dequantize_row(GgmlType::Q8_0, &data, &mut first).expect("prefix");
+    assert_eq!(first, whole[..64]);
+    let e = kiln_quant::dequantize_row(GgmlType::Q8_0, &data[..30], &mut first).expect_err("short");
+    assert!(
+        matches!(
+            e,
+            QuantError::BadShape {
+                expected: 68,
+                actual: 30,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e =
+        kiln_quant::dequantize_row(GgmlType::Q8_0, &data, &mut first[..40]).expect_err("partial");
+    assert!(
+        matches!(e, QuantError::PartialBlock { elems: 40, .. }),
+        "{e}"
+    );
+    let e = kiln_quant::dequantize_row(GgmlType::Q2_K, &data, &mut first).expect_err("unsupported");
+    assert!(
+        matches!(e, QuantError::UnsupportedType { type_id: 10, .. }),
+        "{e}"
+    );
 }

@@ -34,8 +34,15 @@ static GLOBAL: Counting = Counting;
 fn a_second_matmul_of_the_same_size_allocates_nothing() {
     // Single-threaded pool so rayon's own bookkeeping is out of the picture: this checks
     // the drivers and the scratch.
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("pool");
-    for (ty, cols) in [(GgmlType::Q4_1, 576), (GgmlType::Q4_K, 512), (GgmlType::Q8_0, 640)] {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("pool");
+    for (ty, cols) in [
+        (GgmlType::Q4_1, 576),
+        (GgmlType::Q4_K, 512),
+        (GgmlType::Q8_0, 640),
+    ] {
         let rows = 96;
         let data = vec![0x11u8; rows * cols / ty.block_elems() * ty.block_bytes()];
         let w = QMatrix::new(ty, rows, cols, &data).expect("matrix");

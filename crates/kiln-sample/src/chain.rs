@@ -43,23 +43,53 @@ impl Default for SamplerConfig {
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum SamplerConfigError {
     #[error("{name} = {value} is out of range: {expected}")]
-    OutOfRange { name: &'static str, value: f32, expected: &'static str },
+    OutOfRange {
+        name: &'static str,
+        value: f32,
+        expected: &'static str,
+    },
 }
 
 impl SamplerConfig {
     /// A greedy configuration.
     pub fn greedy() -> Self {
-        SamplerConfig { temperature: 0.0, ..Default::default() }
+        SamplerConfig {
+            temperature: 0.0,
+            ..Default::default()
+        }
     }
 
     /// Checks every setting's range.
     pub fn validate(&self) -> Result<(), SamplerConfigError> {
         let check = |name, value: f32, ok: bool, expected| {
-            if ok { Ok(()) } else { Err(SamplerConfigError::OutOfRange { name, value, expected }) }
+            if ok {
+                Ok(())
+            } else {
+                Err(SamplerConfigError::OutOfRange {
+                    name,
+                    value,
+                    expected,
+                })
+            }
         };
-        check("temperature", self.temperature, self.temperature.is_finite(), "a finite number")?;
-        check("top_p", self.top_p, (0.0..=1.0).contains(&self.top_p), "0 ≤ top_p ≤ 1")?;
-        check("min_p", self.min_p, (0.0..=1.0).contains(&self.min_p), "0 ≤ min_p ≤ 1")?;
+        check(
+            "temperature",
+            self.temperature,
+            self.temperature.is_finite(),
+            "a finite number",
+        )?;
+        check(
+            "top_p",
+            self.top_p,
+            (0.0..=1.0).contains(&self.top_p),
+            "0 ≤ top_p ≤ 1",
+        )?;
+        check(
+            "min_p",
+            self.min_p,
+            (0.0..=1.0).contains(&self.min_p),
+            "0 ≤ min_p ≤ 1",
+        )?;
         check(
             "repeat_penalty",
             self.repeat_penalty,
@@ -88,7 +118,14 @@ impl Sampler {
     pub fn new(cfg: SamplerConfig) -> Sampler {
         let rng = ChaCha20Rng::seed_from_u64(cfg.seed);
         let recent = VecDeque::with_capacity(cfg.repeat_last_n);
-        Sampler { cfg, rng, recent, cand: Vec::new(), probs: Vec::new(), seen: Vec::new() }
+        Sampler {
+            cfg,
+            rng,
+            recent,
+            cand: Vec::new(),
+            probs: Vec::new(),
+            seen: Vec::new(),
+        }
     }
 
     /// The settings.
@@ -110,17 +147,20 @@ impl Sampler {
     /// Picks the next token from raw logits.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
         self.cand.clear();
-        self.cand.extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
+        self.cand
+            .extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
         self.apply_repeat_penalty();
         if self.cfg.temperature <= 0.0 {
             return greedy(&self.cand);
         }
         if self.cfg.top_k > 0 && self.cfg.top_k < self.cand.len() {
             let k = self.cfg.top_k;
-            self.cand.select_nth_unstable_by(k - 1, |a, b| b.1.total_cmp(&a.1));
+            self.cand
+                .select_nth_unstable_by(k - 1, |a, b| b.1.total_cmp(&a.1));
             self.cand.truncate(k);
         }
-        self.cand.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        self.cand
+            .sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         if self.cfg.top_p < 1.0 {
             self.softmax();
             let mut cum = 0.0f32;
@@ -174,9 +214,14 @@ impl Sampler {
 
     /// `probs = softmax(cand logits)`, with `cand` sorted best first.
     fn softmax(&mut self) {
-        let max = self.cand.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
+        let max = self
+            .cand
+            .iter()
+            .map(|c| c.1)
+            .fold(f32::NEG_INFINITY, f32::max);
         self.probs.clear();
-        self.probs.extend(self.cand.iter().map(|c| (c.1 - max).exp()));
+        self.probs
+            .extend(self.cand.iter().map(|c| (c.1 - max).exp()));
         let sum: f32 = self.probs.iter().sum();
         for p in self.probs.iter_mut() {
             *p /= sum;
@@ -212,18 +257,39 @@ mod tests {
     #[test]
     fn same_seed_gives_same_tokens() {
         let l = logits();
-        let cfg = SamplerConfig { temperature: 1.5, top_k: 0, top_p: 1.0, min_p: 0.0, seed: 42, ..Default::default() };
-        let a: Vec<u32> = { let mut s = Sampler::new(cfg.clone()); (0..50).map(|_| s.sample(&l)).collect() };
-        let b: Vec<u32> = { let mut s = Sampler::new(cfg.clone()); (0..50).map(|_| s.sample(&l)).collect() };
+        let cfg = SamplerConfig {
+            temperature: 1.5,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed: 42,
+            ..Default::default()
+        };
+        let a: Vec<u32> = {
+            let mut s = Sampler::new(cfg.clone());
+            (0..50).map(|_| s.sample(&l)).collect()
+        };
+        let b: Vec<u32> = {
+            let mut s = Sampler::new(cfg.clone());
+            (0..50).map(|_| s.sample(&l)).collect()
+        };
         assert_eq!(a, b);
-        let c: Vec<u32> = { let mut s = Sampler::new(SamplerConfig { seed: 43, ..cfg }); (0..50).map(|_| s.sample(&l)).collect() };
+        let c: Vec<u32> = {
+            let mut s = Sampler::new(SamplerConfig { seed: 43, ..cfg });
+            (0..50).map(|_| s.sample(&l)).collect()
+        };
         assert_ne!(a, c);
     }
 
     #[test]
     fn top_k_one_is_greedy_whatever_the_temperature() {
         let l = logits();
-        let mut s = Sampler::new(SamplerConfig { temperature: 5.0, top_k: 1, seed: 7, ..Default::default() });
+        let mut s = Sampler::new(SamplerConfig {
+            temperature: 5.0,
+            top_k: 1,
+            seed: 7,
+            ..Default::default()
+        });
         for _ in 0..20 {
             assert_eq!(s.sample(&l), crate::argmax(&l));
         }
@@ -234,7 +300,14 @@ mod tests {
         // Token 0 has logit 10, the rest 0: p(rest)/p(0) = e^-10 < 0.05.
         let mut l = vec![0.0f32; 10];
         l[0] = 10.0;
-        let mut s = Sampler::new(SamplerConfig { temperature: 10.0, top_k: 0, top_p: 1.0, min_p: 0.05, seed: 1, ..Default::default() });
+        let mut s = Sampler::new(SamplerConfig {
+            temperature: 10.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.05,
+            seed: 1,
+            ..Default::default()
+        });
         for _ in 0..50 {
             assert_eq!(s.sample(&l), 0);
         }
@@ -244,7 +317,14 @@ mod tests {
     fn top_p_keeps_the_smallest_set_reaching_the_mass() {
         // Probabilities ≈ [0.665, 0.245, 0.090]: top_p 0.6 keeps only the first.
         let l = [2.0f32, 1.0, 0.0];
-        let mut s = Sampler::new(SamplerConfig { temperature: 1.0, top_k: 0, top_p: 0.6, min_p: 0.0, seed: 3, ..Default::default() });
+        let mut s = Sampler::new(SamplerConfig {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 0.6,
+            min_p: 0.0,
+            seed: 3,
+            ..Default::default()
+        });
         for _ in 0..50 {
             assert_eq!(s.sample(&l), 0);
         }
@@ -253,7 +333,11 @@ mod tests {
     #[test]
     fn repeat_penalty_demotes_recent_tokens() {
         let l = [2.0f32, 1.9, 0.0];
-        let mut s = Sampler::new(SamplerConfig { temperature: 0.0, repeat_penalty: 1.5, ..Default::default() });
+        let mut s = Sampler::new(SamplerConfig {
+            temperature: 0.0,
+            repeat_penalty: 1.5,
+            ..Default::default()
+        });
         s.accept(0);
         assert_eq!(s.sample(&l), 1);
     }
@@ -261,7 +345,14 @@ mod tests {
     #[test]
     fn sampled_frequencies_follow_the_softmax() {
         let l = [1.0f32, 0.0, -1.0];
-        let mut s = Sampler::new(SamplerConfig { temperature: 1.0, top_k: 0, top_p: 1.0, min_p: 0.0, seed: 11, ..Default::default() });
+        let mut s = Sampler::new(SamplerConfig {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed: 11,
+            ..Default::default()
+        });
         let mut counts = [0usize; 3];
         let n = 20_000;
         for _ in 0..n {
@@ -271,13 +362,22 @@ mod tests {
         for i in 0..3 {
             let expected = l[i].exp() / z;
             let got = counts[i] as f32 / n as f32;
-            assert!((got - expected).abs() < 0.015, "token {i}: {got} vs {expected}");
+            assert!(
+                (got - expected).abs() < 0.015,
+                "token {i}: {got} vs {expected}"
+            );
         }
     }
 
     #[test]
     fn out_of_range_settings_are_rejected() {
-        let cfg = SamplerConfig { top_p: 1.5, ..Default::default() };
-        assert!(matches!(cfg.validate(), Err(SamplerConfigError::OutOfRange { name: "top_p", .. })));
+        let cfg = SamplerConfig {
+            top_p: 1.5,
+            ..Default::default()
+        };
+        assert!(matches!(
+            cfg.validate(),
+            Err(SamplerConfigError::OutOfRange { name: "top_p", .. })
+        ));
     }
 }

@@ -35,14 +35,22 @@ pub fn top_logprobs(logits: &[f32], id: u32, k: usize, out: &mut Vec<TokenLogpro
                 if out.len() == k {
                     out.pop();
                 }
-                out.insert(at, TokenLogprob { id: i as u32, logprob: v });
+                out.insert(
+                    at,
+                    TokenLogprob {
+                        id: i as u32,
+                        logprob: v,
+                    },
+                );
             }
         }
         for e in out.iter_mut() {
             e.logprob = (e.logprob as f64 - log_z) as f32;
         }
     }
-    logits.get(id as usize).map_or(f32::NEG_INFINITY, |&v| (v as f64 - log_z) as f32)
+    logits
+        .get(id as usize)
+        .map_or(f32::NEG_INFINITY, |&v| (v as f64 - log_z) as f32)
 }
 
 #[cfg(test)]

@@ -5,10 +5,10 @@
 use kiln_format::Metadata;
 
 use super::{BlockTensors, bind_head, bind_layer};
+use crate::ModelError;
 use crate::config::{Activation, RopeStyle, arch_opt_f32, arch_opt_usize, common_config};
 use crate::model::ModelSpec;
 use crate::weights::WeightStore;
-use crate::ModelError;
 
 /// Every `SWA_PATTERN`-th layer attends globally; the others use the sliding window.
 const SWA_PATTERN: usize = 6;
@@ -22,19 +22,30 @@ pub(crate) fn build(md: &Metadata, store: &WeightStore) -> Result<ModelSpec, Mod
     cfg.validate()?;
     let window = arch_opt_usize(md, "gemma3", "attention.sliding_window")?;
     let swa_base = arch_opt_f32(md, "gemma3", "rope.freq_base_swa")?.unwrap_or(SWA_ROPE_BASE);
-    let opts = BlockTensors { qkv_bias: false, qk_norm: true, post_norms: true };
+    let opts = BlockTensors {
+        qkv_bias: false,
+        qk_norm: true,
+        post_norms: true,
+    };
     let mut layers = Vec::with_capacity(cfg.n_layer);
     for il in 0..cfg.n_layer {
         let mut layer = bind_layer(store, &cfg, il, &opts)?;
-        if let Some(w) = window {
-            if il % SWA_PATTERN < SWA_PATTERN - 1 {
-                layer.sliding_window = Some(w);
-                layer.rope_base = swa_base;
-            }
+        if let Some(w) = window
+            && il % SWA_PATTERN < SWA_PATTERN - 1
+        {
+            layer.sliding_window = Some(w);
+            layer.rope_base = swa_base;
         }
         layers.push(layer);
     }
     let (tok_embd, output_norm, output) = bind_head(store, &cfg)?;
     let embed_scale = Some((cfg.n_embd as f32).sqrt());
-    Ok(ModelSpec { cfg, tok_embd, output_norm, output, layers, embed_scale })
+    Ok(ModelSpec {
+        cfg,
+        tok_embd,
+        output_norm,
+        output,
+        layers,
+        embed_scale,
+    })
 }

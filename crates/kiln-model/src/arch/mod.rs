@@ -46,7 +46,11 @@ pub(crate) fn bind_layer(
     let n = |s: &str| format!("blk.{il}.{s}");
     let (d, qd, kd, vd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.k_dim(), cfg.v_dim(), cfg.n_ff);
     let vec_if = |cond: bool, name: String, len: usize| -> Result<Option<Vec<f32>>, ModelError> {
-        if cond { store.vector(&name, len).map(Some) } else { Ok(None) }
+        if cond {
+            store.vector(&name, len).map(Some)
+        } else {
+            Ok(None)
+        }
     };
     Ok(LayerSpec {
         attn_norm: store.vector(&n("attn_norm.weight"), d)?,

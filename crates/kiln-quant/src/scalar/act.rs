@@ -47,7 +47,7 @@ pub(crate) fn amax32_x86(x: &[f32]) -> f32 {
 /// `cvtps2dq` on a value that is already integral: out-of-range and NaN give `i32::MIN`.
 #[inline(always)]
 pub(crate) fn cvt_i32_x86(v: f32) -> i32 {
-    if v >= -2_147_483_648.0 && v < 2_147_483_648.0 {
+    if (-2_147_483_648.0..2_147_483_648.0).contains(&v) {
         v as i32
     } else {
         i32::MIN
@@ -166,7 +166,14 @@ mod tests {
 
     #[test]
     fn nearest_int_rounds_ties_to_even() {
-        for (x, want) in [(0.5f32, 0), (1.5, 2), (2.5, 2), (-0.5, 0), (-1.5, -2), (126.7, 127)] {
+        for (x, want) in [
+            (0.5f32, 0),
+            (1.5, 2),
+            (2.5, 2),
+            (-0.5, 0),
+            (-1.5, -2),
+            (126.7, 127),
+        ] {
             assert_eq!(nearest_int(x), want, "{x}");
             assert_eq!(x.round_ties_even() as i32, want);
         }

@@ -89,7 +89,11 @@ pub(crate) fn dequant_q4_k(src: &[u8], dst: &mut [f32]) {
     for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
         let d = b.d.to_f32();
         let min = b.dmin.to_f32();
-        for (j, (q, y)) in b.qs.chunks_exact(32).zip(y.chunks_exact_mut(64)).enumerate() {
+        for (j, (q, y)) in
+            b.qs.chunks_exact(32)
+                .zip(y.chunks_exact_mut(64))
+                .enumerate()
+        {
             let (sc1, m1) = q4k_scale_min(2 * j, &b.scales);
             let (sc2, m2) = q4k_scale_min(2 * j + 1, &b.scales);
             let (d1, m1) = (d * sc1 as f32, min * m1 as f32);

@@ -3,8 +3,8 @@
 //! float accumulation order differs from the SIMD kernels, which tests allow for.
 
 use crate::blocks::{
-    BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ6K, BlockQ8_0, BlockQ8_1, BlockQ8K, QK,
-    QK_K, as_blocks, bf16_to_f32, q4k_scales_mins,
+    BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ6K, BlockQ8_0, BlockQ8_1, BlockQ8K, QK, QK_K,
+    as_blocks, bf16_to_f32, q4k_scales_mins,
 };
 use half::f16;
 
@@ -20,7 +20,10 @@ fn u16s(b: &[u8]) -> impl Iterator<Item = u16> + '_ {
 /// Products in `f32`, summed in `f64` (ggml's `ggml_float`).
 pub(crate) fn dot_f32(w: &[u8], a: &[u8]) -> f32 {
     assert_eq!(w.len(), a.len());
-    f32s(w).zip(f32s(a)).map(|(x, y)| (x * y) as f64).sum::<f64>() as f32
+    f32s(w)
+        .zip(f32s(a))
+        .map(|(x, y)| (x * y) as f64)
+        .sum::<f64>() as f32
 }
 
 pub(crate) fn dot_f16(w: &[u8], a: &[u8]) -> f32 {
@@ -97,7 +100,11 @@ pub(crate) fn dot_q8_0(w: &[u8], a: &[u8]) -> f32 {
     assert_eq!(w.len(), a.len());
     let mut sum = 0.0f32;
     for (x, y) in w.iter().zip(a) {
-        let sumi: i32 = x.qs.iter().zip(&y.qs).map(|(&p, &q)| p as i32 * q as i32).sum();
+        let sumi: i32 =
+            x.qs.iter()
+                .zip(&y.qs)
+                .map(|(&p, &q)| p as i32 * q as i32)
+                .sum();
         sum += sumi as f32 * (x.d.to_f32() * y.d.to_f32());
     }
     sum
@@ -124,8 +131,8 @@ pub(crate) fn dot_q4_k(w: &[u8], a: &[u8]) -> f32 {
         }
         // the mins: sum over sub-blocks of m_j * sum(q8 in sub-block j), from bsums
         let mut summ = 0i32;
-        for j in 0..QK_K / 32 {
-            summ += m[j] as i32 * (y.bsum(2 * j) as i32 + y.bsum(2 * j + 1) as i32);
+        for (j, &mj) in m.iter().enumerate() {
+            summ += mj as i32 * (y.bsum(2 * j) as i32 + y.bsum(2 * j + 1) as i32);
         }
         let dy = y.d.get();
         sum += dy * x.d.to_f32() * sumi as f32 - dy * x.dmin.to_f32() * summ as f32;

@@ -6,19 +6,40 @@ pub(crate) mod dequant;
 pub(crate) mod dot;
 
 use crate::isa::Isa;
-use crate::kernels::{Imp, Kernels, WeightKernels};
+use crate::kernels::{Act4, Imp, Kernels, WeightKernels};
 
 /// A four-row dot made of four single dots (bit-identical to them by construction).
 macro_rules! dot4_of {
     ($name:ident, $dot:path) => {
-        pub(crate) fn $name(w: &[u8], a: &[u8], stride: usize, out: &mut [f32; 4]) {
-            let len = a.len() - 3 * stride;
+        pub(crate) fn $name(w: &[u8], a: Act4<'_>, out: &mut [f32; 4]) {
+            let len = a.a.len() - 3 * a.stride;
             for (t, o) in out.iter_mut().enumerate() {
-                *o = $dot(w, &a[t * stride..t * stride + len]);
+                *o = $dot(w, a.row(t, len));
             }
         }
     };
 }
+
+/// Four weight rows against one activation row: four single dots.
+macro_rules! dotr4_of {
+    ($name:ident, $dot:path) => {
+        pub(crate) fn $name(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32; 4]) {
+            for (r, o) in out.iter_mut().enumerate() {
+                *o = $dot(&w[r * row_bytes..(r + 1) * row_bytes], a);
+            }
+        }
+    };
+}
+
+dotr4_of!(dotr4_f32, dot::dot_f32);
+dotr4_of!(dotr4_f16, dot::dot_f16);
+dotr4_of!(dotr4_bf16, dot::dot_bf16);
+dotr4_of!(dotr4_q4_0, dot::dot_q4_0);
+dotr4_of!(dotr4_q4_1, dot::dot_q4_1);
+dotr4_of!(dotr4_q5_0, dot::dot_q5_0);
+dotr4_of!(dotr4_q8_0, dot::dot_q8_0);
+dotr4_of!(dotr4_q4_k, dot::dot_q4_k);
+dotr4_of!(dotr4_q6_k, dot::dot_q6_k);
 
 dot4_of!(dot4_f32, dot::dot_f32);
 dot4_of!(dot4_f16, dot::dot_f16);
@@ -52,46 +73,55 @@ pub(crate) static KERNELS: Kernels = Kernels {
         WeightKernels {
             dequant: s(dequant::dequant_f32),
             dot: s(dot::dot_f32),
+            dotr4: s(dotr4_f32),
             dot4: s(dot4_f32),
         },
         WeightKernels {
             dequant: s(dequant::dequant_f16),
             dot: s(dot::dot_f16),
+            dotr4: s(dotr4_f16),
             dot4: s(dot4_f16),
         },
         WeightKernels {
             dequant: s(dequant::dequant_bf16),
             dot: s(dot::dot_bf16),
+            dotr4: s(dotr4_bf16),
             dot4: s(dot4_bf16),
         },
         WeightKernels {
             dequant: s(dequant::dequant_q4_0),
             dot: s(dot::dot_q4_0),
+            dotr4: s(dotr4_q4_0),
             dot4: s(dot4_q4_0),
         },
         WeightKernels {
             dequant: s(dequant::dequant_q4_1),
             dot: s(dot::dot_q4_1),
+            dotr4: s(dotr4_q4_1),
             dot4: s(dot4_q4_1),
         },
         WeightKernels {
             dequant: s(dequant::dequant_q5_0),
             dot: s(dot::dot_q5_0),
+            dotr4: s(dotr4_q5_0),
             dot4: s(dot4_q5_0),
         },
         WeightKernels {
             dequant: s(dequant::dequant_q8_0),
             dot: s(dot::dot_q8_0),
+            dotr4: s(dotr4_q8_0),
             dot4: s(dot4_q8_0),
         },
         WeightKernels {
             dequant: s(dequant::dequant_q4_k),
             dot: s(dot::dot_q4_k),
+            dotr4: s(dotr4_q4_k),
             dot4: s(dot4_q4_k),
         },
         WeightKernels {
             dequant: s(dequant::dequant_q6_k),
             dot: s(dot::dot_q6_k),
+            dotr4: s(dotr4_q6_k),
             dot4: s(dot4_q6_k),
         },
     ],

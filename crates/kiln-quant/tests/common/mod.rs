@@ -167,7 +167,10 @@ pub fn order_tolerance(abs_sum: f64, n_terms: usize) -> f64 {
 
 /// `sum |w_i * a_i|` with both sides decoded exactly.
 pub fn abs_products(wd: &[f32], ad: &[f32]) -> f64 {
-    wd.iter().zip(ad).map(|(w, a)| (*w as f64 * *a as f64).abs()).sum()
+    wd.iter()
+        .zip(ad)
+        .map(|(w, a)| (*w as f64 * *a as f64).abs())
+        .sum()
 }
 
 /// Decodes an activation row (an independent, test-side decoder).
@@ -216,7 +219,9 @@ pub fn weight_offsets(ty: GgmlType, bytes: &[u8]) -> Vec<f32> {
         GgmlType::Q4_K => bytemuck::cast_slice::<u8, BlockQ4K>(bytes)
             .iter()
             .flat_map(|b| {
-                (0..256).map(move |i| (b.dmin.to_f32() * q4k_scale_min(i / 32, &b.scales).1 as f32).abs())
+                (0..256).map(move |i| {
+                    (b.dmin.to_f32() * q4k_scale_min(i / 32, &b.scales).1 as f32).abs()
+                })
             })
             .collect(),
         _ => vec![0.0; n],
@@ -253,7 +258,10 @@ pub fn budget_bound(ty: GgmlType, w: &[u8], x: &[f32]) -> f64 {
     let off = weight_offsets(ty, w);
     // Float types convert element by element: the error is relative to |x_i| itself.
     let per_elem = ty.block_elems() == 1;
-    let act_block = kiln_quant::vec_dot_type(ty).expect("supported").block_elems().max(1);
+    let act_block = kiln_quant::vec_dot_type(ty)
+        .expect("supported")
+        .block_elems()
+        .max(1);
     let mut b = 0.0f64;
     for (c, xs) in x.chunks(act_block).enumerate() {
         let amax = xs.iter().fold(0.0f32, |m, v| m.max(v.abs())) as f64;
@@ -265,4 +273,3 @@ pub fn budget_bound(ty: GgmlType, w: &[u8], x: &[f32]) -> f64 {
     }
     budget * b + order_tolerance(abs_products(&wd, x), wd.len())
 }
-

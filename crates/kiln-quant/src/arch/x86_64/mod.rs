@@ -3,26 +3,44 @@
 
 mod avx2;
 
+use avx2::{dequant, dot_k, float, legacy};
+
 use crate::isa::Isa;
-use crate::kernels::{ActFn, DequantFn, Dot4Fn, DotFn, Imp, Kernels, WeightKernels};
+use crate::kernels::{ActFn, DequantFn, Dot4Fn, DotFn, DotRowsFn, Imp, Kernels, WeightKernels};
 use crate::scalar;
 
 const fn v(f: ActFn) -> Imp<ActFn> {
     Imp { isa: Isa::Avx2, f }
 }
 
-/// A weight type whose dequantize, dot and dot4 kernels are all AVX2.
-const fn w(dequant: DequantFn, dot: DotFn, dot4: Dot4Fn) -> WeightKernels {
+/// A weight type whose kernels are all AVX2.
+const fn w(dequant: DequantFn, dot: DotFn, dotr4: DotRowsFn, dot4: Dot4Fn) -> WeightKernels {
     WeightKernels {
-        dequant: Imp { isa: Isa::Avx2, f: dequant },
-        dot: Imp { isa: Isa::Avx2, f: dot },
-        dot4: Imp { isa: Isa::Avx2, f: dot4 },
+        dequant: Imp {
+            isa: Isa::Avx2,
+            f: dequant,
+        },
+        dot: Imp {
+            isa: Isa::Avx2,
+            f: dot,
+        },
+        dotr4: Imp {
+            isa: Isa::Avx2,
+            f: dotr4,
+        },
+        dot4: Imp {
+            isa: Isa::Avx2,
+            f: dot4,
+        },
     }
 }
 
 /// A kernel reused from the scalar table (the coverage table says so).
 const fn s<F>(f: F) -> Imp<F> {
-    Imp { isa: Isa::Scalar, f }
+    Imp {
+        isa: Isa::Scalar,
+        f,
+    }
 }
 
 /// The AVX2 table. Indexed like `AType::ALL` / `WType::ALL`. Its `unsafe fn` entries need
@@ -35,22 +53,72 @@ pub(crate) static AVX2: Kernels = Kernels {
         s(scalar::act::convert_bf16),
         v(avx2::act::quantize_q8_0),
         v(avx2::act::quantize_q8_1),
-        // ggml's x86 build quantizes Q8_K with its scalar reference too.
-        s(scalar::act::quantize_q8_k),
+        // ggml's x86 build runs its scalar reference here; this gives the same bytes.
+        v(avx2::act::quantize_q8_k),
     ],
     weights: [
         WeightKernels {
             dequant: s(scalar::dequant::dequant_f32),
-            dot: Imp { isa: Isa::Avx2, f: avx2::dot::dot_f32 },
-            dot4: Imp { isa: Isa::Avx2, f: avx2::dot::dot4_f32 },
+            dot: Imp {
+                isa: Isa::Avx2,
+                f: float::dot_f32,
+            },
+            dotr4: Imp {
+                isa: Isa::Avx2,
+                f: float::dotr4_f32,
+            },
+            dot4: Imp {
+                isa: Isa::Avx2,
+                f: float::dot4_f32,
+            },
         },
-        w(avx2::dequant::dequant_f16, avx2::dot::dot_f16, avx2::dot::dot4_f16),
-        w(avx2::dequant::dequant_bf16, avx2::dot::dot_bf16, avx2::dot::dot4_bf16),
-        w(avx2::dequant::dequant_q4_0, avx2::dot::dot_q4_0, avx2::dot::dot4_q4_0),
-        w(avx2::dequant::dequant_q4_1, avx2::dot::dot_q4_1, avx2::dot::dot4_q4_1),
-        w(avx2::dequant::dequant_q5_0, avx2::dot::dot_q5_0, avx2::dot::dot4_q5_0),
-        w(avx2::dequant::dequant_q8_0, avx2::dot::dot_q8_0, avx2::dot::dot4_q8_0),
-        w(avx2::dequant::dequant_q4_k, avx2::dot_k::dot_q4_k, avx2::dot_k::dot4_q4_k),
-        w(avx2::dequant::dequant_q6_k, avx2::dot_k::dot_q6_k, avx2::dot_k::dot4_q6_k),
+        w(
+            dequant::dequant_f16,
+            float::dot_f16,
+            float::dotr4_f16,
+            float::dot4_f16,
+        ),
+        w(
+            dequant::dequant_bf16,
+            float::dot_bf16,
+            float::dotr4_bf16,
+            float::dot4_bf16,
+        ),
+        w(
+            dequant::dequant_q4_0,
+            legacy::dot_q4_0,
+            legacy::dotr4_q4_0,
+            legacy::dot4_q4_0,
+        ),
+        w(
+            dequant::dequant_q4_1,
+            legacy::dot_q4_1,
+            legacy::dotr4_q4_1,
+            legacy::dot4_q4_1,
+        ),
+        w(
+            dequant::dequant_q5_0,
+            legacy::dot_q5_0,
+            legacy::dotr4_q5_0,
+            legacy::dot4_q5_0,
+        ),
+        w(
+            dequant::dequant_q8_0,
+            legacy::dot_q8_0,
+            legacy::dotr4_q8_0,
+            legacy::dot4_q8_0,
+        ),
+        w(
+            dequant::dequant_q4_k,
+            dot_k::dot_q4_k,
+            dot_k::dotr4_q4_k,
+            dot_k::dot4_q4_k,
+        ),
+        w(
+            dequant::dequant_q6_k,
+            dot_k::dot_q6_k,
+            dot_k::dotr4_q6_k,
+            dot_k::dot4_q6_k,
+        ),
     ],
 };

@@ -1,11 +1,11 @@
 //! AVX2 activation quantizers: ggml's x86 `quantize_row_q8_0` / `quantize_row_q8_1` and
-//! `ggml_cpu_fp32_to_fp16`, operation for operation. The scalar versions in
+//! `ggml_cpu_fp32_to_fp16`, operation for operation, and a vectorized `quantize_row_q8_K_ref`. The scalar versions in
 //! `scalar::act` emulate these and must produce the same bytes (tested).
 
 use std::arch::x86_64::*;
 
 use super::util::*;
-use crate::blocks::{BlockQ8_0, BlockQ8_1, F16Le, QK, as_blocks_mut};
+use crate::blocks::{BlockQ8_0, BlockQ8_1, BlockQ8K, F16Le, F32Le, QK, QK_K, as_blocks_mut};
 
 /// `f32` → `f16` bits with F16C, round to nearest even.
 #[inline]
@@ -105,7 +105,85 @@ pub(crate) fn convert_f16(src: &[f32], dst: &mut [u8]) {
         // SAFETY: `y` is 16 writable bytes (asserted); the store is unaligned.
         unsafe { _mm_storeu_si128(y.as_mut_ptr().cast(), h) }
     }
-    for (x, y) in xs.remainder().iter().zip(ys.into_remainder().chunks_exact_mut(2)) {
+    for (x, y) in xs
+        .remainder()
+        .iter()
+        .zip(ys.into_remainder().chunks_exact_mut(2))
+    {
         y.copy_from_slice(&f32_to_f16le(*x).0);
+    }
+}
+
+/// ggml's `quantize_row_q8_K_ref` (which its x86 build uses for Q8_K), vectorized with the
+/// same results: the signed value of largest magnitude (the first on ties; NaN never wins,
+/// as in the scalar `>` scan), `iscale = -127 / max`, `q = min(127, round_even(iscale * x))`
+/// (ggml's `nearest_int` trick, done the same way), `d = 1 / iscale`, and the
+/// sums of each 16 `q`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn quantize_q8_k(src: &[f32], dst: &mut [u8]) {
+    let dst: &mut [BlockQ8K] = as_blocks_mut(dst);
+    assert_eq!(src.len(), dst.len() * QK_K);
+    let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    for (x, y) in src.chunks_exact(QK_K).zip(dst) {
+        // amax: `maxps(|x|, acc)` returns `acc` when |x| is NaN, like the scalar scan.
+        let mut m = _mm256_setzero_ps();
+        for c in x.chunks_exact(8) {
+            m = _mm256_max_ps(_mm256_and_ps(load_f32x8(c), abs_mask), m);
+        }
+        let mut m4 = _mm_max_ps(_mm256_extractf128_ps::<1>(m), _mm256_castps256_ps128(m));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        let amax = _mm_cvtss_f32(m4);
+        if amax == 0.0 {
+            y.d = F32Le::new(0.0);
+            y.qs = [0; QK_K];
+            y.bsums = [[0; 2]; QK_K / 16];
+            continue;
+        }
+        // The first element whose magnitude is amax, as the scalar scan finds it.
+        let target = _mm256_set1_ps(amax);
+        let mut max = amax;
+        for c in x.chunks_exact(8) {
+            let hit = _mm256_cmp_ps::<_CMP_EQ_OQ>(_mm256_and_ps(load_f32x8(c), abs_mask), target);
+            let bits = _mm256_movemask_ps(hit);
+            if bits != 0 {
+                max = c[bits.trailing_zeros() as usize];
+                break;
+            }
+        }
+        let iscale = -127.0 / max;
+        let mul = _mm256_set1_ps(iscale);
+        let magic = _mm256_set1_ps(12_582_912.0);
+        let (mant, bias) = (
+            _mm256_set1_epi32(0x007f_ffff),
+            _mm256_set1_epi32(0x0040_0000),
+        );
+        let cap = _mm256_set1_epi32(127);
+        for (g, (xs, qs)) in x
+            .chunks_exact(32)
+            .zip(y.qs.chunks_exact_mut(32))
+            .enumerate()
+        {
+            let mut q = [_mm256_setzero_si256(); 4];
+            for (k, qk) in q.iter_mut().enumerate() {
+                // nearest_int: the same float multiply and add, then the mantissa bits.
+                let v = _mm256_add_ps(_mm256_mul_ps(load_f32x8(&xs[8 * k..]), mul), magic);
+                let i = _mm256_sub_epi32(_mm256_and_si256(_mm256_castps_si256(v), mant), bias);
+                // MIN(127, v), then the int → int8 store keeps the low byte.
+                let i = _mm256_min_epi32(i, cap);
+                *qk = _mm256_srai_epi32::<24>(_mm256_slli_epi32::<24>(i));
+            }
+            let s0 = hsum_i32x8(_mm256_add_epi32(q[0], q[1]));
+            let s1 = hsum_i32x8(_mm256_add_epi32(q[2], q[3]));
+            y.bsums[2 * g] = (s0 as i16).to_le_bytes();
+            y.bsums[2 * g + 1] = (s1 as i16).to_le_bytes();
+            let out: &mut [i8; 32] = match qs.try_into() {
+                Ok(o) => o,
+                Err(_) => unreachable!("chunks_exact(32)"),
+            };
+            // Values are now sign-extended bytes, so the saturating pack is exact.
+            pack_store(q, out);
+        }
+        y.d = F32Le::new(1.0 / iscale);
     }
 }

@@ -6,9 +6,11 @@
 
 use std::arch::x86_64::*;
 
-use super::dot::rows4;
+use super::float::dotr4_by_dot;
+use super::legacy::rows4;
 use super::util::*;
 use crate::blocks::{BlockQ4K, BlockQ6K, BlockQ8K, as_blocks, q4k_scales_mins};
+use crate::kernels::Act4;
 
 // ---------------------------------------------------------------- Q4_K × Q8_K
 
@@ -50,7 +52,14 @@ fn q4k_mins_prod(mins: __m128i, y: &BlockQ8K) -> __m128i {
 /// `sum(sc_j * q4 * q8)` for sub-blocks `2j`, `2j + 1` (32 bytes of `qs`) as 8 i32 lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn q4k_pair(q4l: __m256i, q4h: __m256i, sl: __m256i, sh: __m256i, y: &BlockQ8K, j: usize) -> __m256i {
+fn q4k_pair(
+    q4l: __m256i,
+    q4h: __m256i,
+    sl: __m256i,
+    sh: __m256i,
+    y: &BlockQ8K,
+    j: usize,
+) -> __m256i {
     let q8l = load_bytes32(&y.qs[64 * j..64 * j + 32]);
     let q8h = load_bytes32(&y.qs[64 * j + 32..64 * j + 64]);
     let pl = _mm256_madd_epi16(sl, _mm256_maddubs_epi16(q4l, q8l));
@@ -87,9 +96,9 @@ pub(crate) fn dot_q4_k(w: &[u8], a: &[u8]) -> f32 {
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn dot4_q4_k(w: &[u8], a: &[u8], stride: usize, out: &mut [f32; 4]) {
+pub(crate) fn dot4_q4_k(w: &[u8], a: Act4<'_>, out: &mut [f32; 4]) {
     let w: &[BlockQ4K] = as_blocks(w);
-    let ys = rows4::<BlockQ8K>(a, stride, w.len());
+    let ys = rows4::<BlockQ8K>(&a, w.len());
     let m4 = _mm256_set1_epi8(0x0F);
     let mut acc = [_mm256_setzero_ps(); 4];
     let mut acc_m = [_mm_setzero_ps(); 4];
@@ -188,9 +197,9 @@ pub(crate) fn dot_q6_k(w: &[u8], a: &[u8]) -> f32 {
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn dot4_q6_k(w: &[u8], a: &[u8], stride: usize, out: &mut [f32; 4]) {
+pub(crate) fn dot4_q6_k(w: &[u8], a: Act4<'_>, out: &mut [f32; 4]) {
     let w: &[BlockQ6K] = as_blocks(w);
-    let ys = rows4::<BlockQ8K>(a, stride, w.len());
+    let ys = rows4::<BlockQ8K>(&a, w.len());
     let mut acc = [_mm256_setzero_ps(); 4];
     for (i, x) in w.iter().enumerate() {
         let dx = f16_to_f32(x.d);
@@ -198,13 +207,12 @@ pub(crate) fn dot4_q6_k(w: &[u8], a: &[u8], stride: usize, out: &mut [f32; 4]) {
         let scales16 = _mm256_cvtepi8_epi16(load_bytes16(&x.scales));
         let mut sumi = [_mm256_setzero_si256(); 4];
         for h in 0..2 {
-            let q = q6k_groups(x, h);
-            for k in 0..4 {
+            for (k, qk) in q6k_groups(x, h).into_iter().enumerate() {
                 let o = 128 * h + 32 * k;
                 let sc = q6k_scale(&x.scales, 4 * h + k);
                 for t in 0..4 {
                     let q8 = load_bytes32(&y4[t].qs[o..o + 32]);
-                    let p = _mm256_madd_epi16(sc, _mm256_maddubs_epi16(q[k], q8));
+                    let p = _mm256_madd_epi16(sc, _mm256_maddubs_epi16(qk, q8));
                     sumi[t] = _mm256_add_epi32(sumi[t], p);
                 }
             }
@@ -219,3 +227,6 @@ pub(crate) fn dot4_q6_k(w: &[u8], a: &[u8], stride: usize, out: &mut [f32; 4]) {
         out[t] = hsum_f32x8(acc[t]);
     }
 }
+
+dotr4_by_dot!(dotr4_q4_k, dot_q4_k);
+dotr4_by_dot!(dotr4_q6_k, dot_q6_k);

@@ -4,6 +4,7 @@
 
 pub(crate) mod act;
 pub(crate) mod dequant;
-pub(crate) mod dot;
 pub(crate) mod dot_k;
+pub(crate) mod float;
+pub(crate) mod legacy;
 pub(crate) mod util;

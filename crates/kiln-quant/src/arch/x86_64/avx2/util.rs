@@ -1,6 +1,6 @@
 //! Small AVX2 building blocks shared by the kernels. Each mirrors one of ggml's x86 helpers
-//! (`hsum_float_8`, `bytes_from_nibbles_32`, `bytes_from_bits_32`, `mul_sum_i8_pairs_float`,
-//! `mul_sum_us8_pairs_float`) so the kernels perform the same operations in the same order.
+//! (`hsum_float_8`, `bytes_from_nibbles_32`, `bytes_from_bits_32`, `mul_sum_us8_pairs_float`; the
+//! sign trick of `mul_sum_i8_pairs_float` is spelled out in the tile kernels) so the kernels perform the same operations in the same order.
 
 use std::arch::x86_64::*;
 
@@ -148,13 +148,4 @@ pub(crate) fn bits32(p: &[u8; 4]) -> __m256i {
 pub(crate) fn mul_sum_us8_pairs_f32(ax: __m256i, sy: __m256i) -> __m256 {
     let dot = _mm256_maddubs_epi16(ax, sy);
     _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi16(1), dot))
-}
-
-/// Signed × signed bytes, summed in fours, as floats (sign trick: |x| × sign(y, x)).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn mul_sum_i8_pairs_f32(x: __m256i, y: __m256i) -> __m256 {
-    let ax = _mm256_sign_epi8(x, x);
-    let sy = _mm256_sign_epi8(y, x);
-    mul_sum_us8_pairs_f32(ax, sy)
 }

@@ -1,0 +1,146 @@
+//! AVX2 dot products of the float weight types (F32, F16, BF16), each the operations of
+//! ggml's `ggml_vec_dot_f32/f16/bf16` AVX2 path in the same order.
+
+use std::arch::x86_64::*;
+
+use super::util::*;
+use crate::kernels::Act4;
+
+// ---------------------------------------------------------------- F32, F16, BF16
+
+/// ggml's `GGML_F32x8_REDUCE` over four accumulators: (s0 + s2) + (s1 + s3), then the
+/// 128-bit halves, then two `hadd`s.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn reduce4(s: [__m256; 4]) -> f32 {
+    let s0 = _mm256_add_ps(s[0], s[2]);
+    let s1 = _mm256_add_ps(s[1], s[3]);
+    let s0 = _mm256_add_ps(s0, s1);
+    let t0 = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps::<1>(s0));
+    let t1 = _mm_hadd_ps(t0, t0);
+    _mm_cvtss_f32(_mm_hadd_ps(t1, t1))
+}
+
+/// `ggml_vec_dot_f32` (AVX + FMA): 32 elements per step in four 8-lane FMA accumulators,
+/// reduced, then the tail added one product at a time in `f64`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn dot_f32(w: &[u8], a: &[u8]) -> f32 {
+    assert_eq!(w.len(), a.len());
+    let n = w.len() / 4;
+    let np = n & !31;
+    let mut s = [_mm256_setzero_ps(); 4];
+    for i in (0..np).step_by(32) {
+        for (j, sj) in s.iter_mut().enumerate() {
+            let k = 4 * (i + 8 * j);
+            *sj = _mm256_fmadd_ps(load_f32x8_bytes(&w[k..]), load_f32x8_bytes(&a[k..]), *sj);
+        }
+    }
+    let mut sum = reduce4(s) as f64;
+    let f = |b: &[u8], i: usize| {
+        f32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]])
+    };
+    for i in np..n {
+        sum += (f(w, i) * f(a, i)) as f64;
+    }
+    sum as f32
+}
+
+/// 8 floats from the first 32 bytes of `p` (any alignment).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn load_f32x8_bytes(p: &[u8]) -> __m256 {
+    _mm256_castsi256_ps(load_bytes32(&p[..32]))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn load_f16x8(p: &[u8]) -> __m256 {
+    _mm256_cvtph_ps(load_bytes16(&p[..16]))
+}
+
+/// `ggml_vec_dot_f16` (F16C + FMA): as [`dot_f32`] on widened values.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn dot_f16(w: &[u8], a: &[u8]) -> f32 {
+    assert_eq!(w.len(), a.len());
+    let n = w.len() / 2;
+    let np = n & !31;
+    let mut s = [_mm256_setzero_ps(); 4];
+    for i in (0..np).step_by(32) {
+        for (j, sj) in s.iter_mut().enumerate() {
+            let k = 2 * (i + 8 * j);
+            *sj = _mm256_fmadd_ps(load_f16x8(&w[k..]), load_f16x8(&a[k..]), *sj);
+        }
+    }
+    let mut sum = reduce4(s) as f64;
+    let h = |b: &[u8], i: usize| half::f16::from_bits(u16::from_le_bytes([b[2 * i], b[2 * i + 1]]));
+    for i in np..n {
+        sum += (h(w, i).to_f32() * h(a, i).to_f32()) as f64;
+    }
+    sum as f32
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn load_bf16x8(p: &[u8]) -> __m256 {
+    let v = _mm256_cvtepu16_epi32(load_bytes16(&p[..16]));
+    _mm256_castsi256_ps(_mm256_slli_epi32::<16>(v))
+}
+
+/// `ggml_vec_dot_bf16` (AVX2): four accumulators over 32-element steps, combined as
+/// (c1 + c3) + (c2 + c4), summed like `hsum_float_8`, tail in `f64`. ggml writes
+/// `c = c + x * y`; gcc's default `-ffp-contract=fast` fuses it, so this uses FMA.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn dot_bf16(w: &[u8], a: &[u8]) -> f32 {
+    assert_eq!(w.len(), a.len());
+    let n = w.len() / 2;
+    let np = n & !31;
+    let mut c = [_mm256_setzero_ps(); 4];
+    for i in (0..np).step_by(32) {
+        for (j, cj) in c.iter_mut().enumerate() {
+            let k = 2 * (i + 8 * j);
+            *cj = _mm256_fmadd_ps(load_bf16x8(&w[k..]), load_bf16x8(&a[k..]), *cj);
+        }
+    }
+    let c1 = _mm256_add_ps(_mm256_add_ps(c[0], c[2]), _mm256_add_ps(c[1], c[3]));
+    let mut sum = hsum_f32x8(c1) as f64;
+    let b = |s: &[u8], i: usize| {
+        crate::blocks::bf16_to_f32(u16::from_le_bytes([s[2 * i], s[2 * i + 1]]))
+    };
+    for i in np..n {
+        sum += (b(w, i) * b(a, i)) as f64;
+    }
+    sum as f32
+}
+
+/// Four-row dots of the float types: four single dots (bit-identical by construction; these
+/// types are rare as matmul weights, so no dedicated micro-kernel).
+macro_rules! dot4_by_dot {
+    ($name:ident, $dot:ident) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(crate) fn $name(w: &[u8], a: Act4<'_>, out: &mut [f32; 4]) {
+            let len = a.a.len() - 3 * a.stride;
+            for (t, o) in out.iter_mut().enumerate() {
+                *o = $dot(w, a.row(t, len));
+            }
+        }
+    };
+}
+dot4_by_dot!(dot4_f32, dot_f32);
+dot4_by_dot!(dot4_f16, dot_f16);
+dot4_by_dot!(dot4_bf16, dot_bf16);
+
+/// Four weight rows against one activation row: four single dots.
+macro_rules! dotr4_by_dot {
+    ($name:ident, $dot:ident) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(crate) fn $name(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32; 4]) {
+            for (r, o) in out.iter_mut().enumerate() {
+                *o = $dot(&w[r * row_bytes..(r + 1) * row_bytes], a);
+            }
+        }
+    };
+}
+pub(crate) use dotr4_by_dot;
+dotr4_by_dot!(dotr4_f32, dot_f32);
+dotr4_by_dot!(dotr4_f16, dot_f16);
+dotr4_by_dot!(dotr4_bf16, dot_bf16);
