@@ -3,6 +3,10 @@
 //! Each subcommand lives in its own module with a `run(args)` entry point; `main` only
 //! dispatches on the first argument.
 
+mod bench;
+mod bench_kl;
+mod bench_latency;
+mod bench_perf;
 mod ci;
 mod models;
 
@@ -29,7 +33,12 @@ usage: cargo xtask <command> [args]
 
 commands:
   ci [--skip STEP]...          the gate: format, lint, models, test (release)
-  models [--quiet] [NAME...]   fetch the known models (all when no NAME) into the cache";
+  models [--quiet] [NAME...]   fetch the known models (all when no NAME) into the cache
+  bench perf [--models A,B] [--threads 1,2] [--reps N] [-p N] [-n N] [--llama-bench PATH]
+             [--no-latency]    pp/tg tokens/s table (mean ± sd) and streaming latency
+  bench kl [--model M] [--chunks N] [--types T,..] [--kv T,..] [--threads N] [--text FILE]
+                               quality: KL divergence per weight type and KV type vs f32
+  (bench reports: JSON, Markdown and SVG plots under <target>/kiln-bench/)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -40,6 +49,7 @@ fn main() -> ExitCode {
     let result = match command.as_str() {
         "ci" => ci::run(rest),
         "models" => models::run(rest),
+        "bench" => bench::run(rest),
         "help" | "-h" | "--help" => {
             println!("{USAGE}");
             Ok(())

@@ -12,6 +12,14 @@ pub enum CliError {
     Tokenizer(#[from] kiln_tokenizer::TokenizerError),
     #[error(transparent)]
     Sampler(#[from] kiln_sample::SamplerConfigError),
+    #[error(transparent)]
+    Sample(#[from] kiln_sample::SampleError),
+    #[error(transparent)]
+    Grammar(#[from] kiln_sample::MatchError),
+    #[error(transparent)]
+    Bench(#[from] kiln_bench::BenchError),
+    #[error(transparent)]
+    Chat(#[from] kiln_tokenizer::chat::ChatError),
     #[error("{0}")]
     Usage(String),
     #[error("I/O error: {0}")]

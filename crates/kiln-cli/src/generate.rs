@@ -6,19 +6,17 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Args;
-use kiln_format::GgufFile;
-use kiln_model::{Logits, Model, Session};
-use kiln_sample::{Sampler, SamplerConfig, TokenLogprob, top_logprobs};
-use kiln_tokenizer::{StreamDecoder, Tokenizer};
+use kiln_model::Logits;
+use kiln_sample::{GrammarCache, Matcher, Sampler, StopReason, TokenLogprob, top_logprobs};
+use kiln_tokenizer::StreamDecoder;
 use serde::Serialize;
 
 use crate::error::CliError;
 
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
-    /// A GGUF path or a known model name (smollm2-135m, gemma3-270m, qwen2.5-coder-0.5b).
-    #[arg(long, short = 'm', default_value = kiln_hub::DEFAULT_MODEL)]
-    model: String,
+    #[command(flatten)]
+    model: crate::args::model::ModelArgs,
     /// The prompt (or use --prompt, or pipe it on stdin).
     #[arg(conflicts_with = "prompt_flag")]
     prompt: Option<String>,
@@ -27,22 +25,6 @@ pub struct GenerateArgs {
     /// Tokens to generate.
     #[arg(short = 'n', long = "n-predict", default_value_t = 128)]
     n_predict: usize,
-    /// Sampling temperature; 0 is greedy.
-    #[arg(long, default_value_t = 0.8)]
-    temperature: f32,
-    #[arg(long, default_value_t = 40)]
-    top_k: usize,
-    #[arg(long, default_value_t = 0.95)]
-    top_p: f32,
-    #[arg(long, default_value_t = 0.05)]
-    min_p: f32,
-    #[arg(long, default_value_t = 1.0)]
-    repeat_penalty: f32,
-    #[arg(long, default_value_t = 64)]
-    repeat_last_n: usize,
-    /// Seed of the sampler's random stream.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
     /// Worker threads (default: all available cores).
     #[arg(long, short = 't')]
     threads: Option<usize>,
@@ -58,6 +40,12 @@ pub struct GenerateArgs {
     /// Keep generating past end-of-generation tokens.
     #[arg(long)]
     ignore_eos: bool,
+    #[command(flatten)]
+    kv: crate::args::kv::KvArgs,
+    #[command(flatten)]
+    sampling: crate::args::sampling::SamplingArgs,
+    #[command(flatten)]
+    chat: crate::args::chat::ChatArgs,
 }
 
 #[derive(Serialize)]
@@ -65,6 +53,8 @@ struct JsonOut {
     prompt_tokens: Vec<u32>,
     tokens: Vec<JsonToken>,
     text: String,
+    /// `stop` (end of generation or a stop string) or `length`.
+    stop_reason: &'static str,
     timings: Timings,
 }
 
@@ -89,6 +79,9 @@ struct Timings {
     prompt_per_second: f64,
     predicted_n: usize,
     predicted_per_second: f64,
+    /// Mean time to compute the grammar mask per constrained step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    grammar_mask_ms: Option<f64>,
 }
 
 pub fn run(args: GenerateArgs) -> Result<(), CliError> {
@@ -105,16 +98,9 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
             s
         }
     };
-    let sampler_cfg = SamplerConfig {
-        temperature: args.temperature,
-        top_k: args.top_k,
-        top_p: args.top_p,
-        min_p: args.min_p,
-        repeat_penalty: args.repeat_penalty,
-        repeat_last_n: args.repeat_last_n,
-        seed: args.seed,
-    };
-    sampler_cfg.validate()?;
+    let mut stops = args.sampling.stop_strings()?;
+    let grammar = args.sampling.grammar(&GrammarCache::new(1))?;
+    args.kv.validate()?;
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -127,13 +113,14 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
         .map_err(|e| CliError::Usage(format!("cannot start {threads} threads: {e}")))?;
 
     let t_load = Instant::now();
-    let path = kiln_hub::resolve(&args.model)?;
-    let file = Arc::new(GgufFile::open(&path)?);
-    let tokenizer = Tokenizer::from_gguf(file.metadata())?;
-    let model = Arc::new(Model::from_gguf(Arc::clone(&file))?);
+    let crate::args::model::Loaded { model, tokenizer } = args.model.load()?;
     let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
 
-    let prompt_tokens = tokenizer.encode(&prompt, true, true)?;
+    let Some(prompt_tokens) =
+        crate::chat::prompt_tokens(&args.chat, &prompt, &tokenizer, &model, &args.model)?
+    else {
+        return Ok(()); // --print-prompt
+    };
     if prompt_tokens.is_empty() {
         return Err(CliError::Usage(
             "the prompt is empty after tokenization".into(),
@@ -150,10 +137,37 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
         )));
     }
     let n_predict = args.n_predict.min(n_ctx - prompt_tokens.len());
+    let sampler_cfg = args.sampling.config(n_ctx)?;
+    let vocab = crate::args::sampling::vocab(&tokenizer);
+    let matcher = match grammar {
+        Some(g) => Some(Matcher::new(g, Arc::clone(&vocab))?),
+        None => None,
+    };
 
     pool.install(|| {
-        let mut session = Session::new(Arc::clone(&model), n_ctx, 512);
-        let mut sampler = Sampler::new(sampler_cfg);
+        let mut session = args.kv.session(&model, n_ctx, 512, prompt_tokens.len())?;
+        eprintln!("{}", session.memory_plan());
+        if args.kv.samples > 1 && args.sampling.controls_output() {
+            return Err(CliError::Usage(
+                "--stop, --json-schema and --grammar do not yet work with --samples".into(),
+            ));
+        }
+        if args.kv.samples > 1 {
+            let run = crate::samples::SampleRun {
+                tokenizer: &tokenizer,
+                prompt: &prompt_tokens,
+                sampler: &sampler_cfg,
+                samples: args.kv.samples,
+                n_predict,
+                ignore_eos: args.ignore_eos,
+                json: args.json,
+            };
+            return crate::samples::run(&mut session, &run);
+        }
+        let mut sampler = Sampler::with_vocab(sampler_cfg, Arc::clone(&vocab));
+        if let Some(m) = matcher {
+            sampler.set_grammar(m);
+        }
         for &t in &prompt_tokens {
             sampler.accept(t);
         }
@@ -163,6 +177,8 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
         let mut alts: Vec<TokenLogprob> = Vec::with_capacity(args.top_logprobs);
         let mut json_tokens = Vec::new();
         let mut text = String::new();
+        let mut emit = String::new();
+        let mut stop_reason = StopReason::Length;
 
         let t_prompt = Instant::now();
         let mut logits = session.forward(&prompt_tokens, Logits::Last)?;
@@ -171,7 +187,7 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
         let t_gen = Instant::now();
         let mut generated = 0usize;
         while generated < n_predict {
-            let id = sampler.sample(logits);
+            let id = sampler.try_sample(logits)?;
             generated += 1;
             if args.json {
                 let lp = top_logprobs(logits, id, args.top_logprobs, &mut alts);
@@ -182,15 +198,23 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
                     top_logprobs: alts.iter().map(|a| JsonAlt { id: a.id, logprob: a.logprob }).collect(),
                 });
             }
-            if tokenizer.is_eog(id) && !args.ignore_eos {
+            let grammar_done = sampler.matcher().is_some_and(|m| m.is_finished());
+            if (tokenizer.is_eog(id) && !args.ignore_eos) || grammar_done {
+                stop_reason = StopReason::EndOfGeneration { token: id };
                 break;
             }
             let piece = decoder.push(id);
+            emit.clear();
+            let hit = stops.push(&piece, &mut emit);
             if args.json {
-                text.push_str(&piece);
-            } else if !piece.is_empty() {
-                out.write_all(piece.as_bytes())?;
+                text.push_str(&emit);
+            } else if !emit.is_empty() {
+                out.write_all(emit.as_bytes())?;
                 out.flush()?;
+            }
+            if let Some(index) = hit {
+                stop_reason = StopReason::StopString { index };
+                break;
             }
             sampler.accept(id);
             if generated == n_predict {
@@ -198,27 +222,50 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
             }
             logits = session.forward(&[id], Logits::Last)?;
         }
-        let tail = decoder.finish();
+        let mut tail = String::new();
+        if !matches!(stop_reason, StopReason::StopString { .. }) {
+            if let Some(index) = stops.push(&decoder.finish(), &mut tail) {
+                stop_reason = StopReason::StopString { index };
+            }
+            stops.finish(&mut tail);
+        }
         let gen_s = t_gen.elapsed().as_secs_f64();
+        let mask = sampler.mask_stats();
         let timings = Timings {
             load_ms,
             prompt_n: prompt_tokens.len(),
             prompt_per_second: prompt_tokens.len() as f64 / prompt_s.max(1e-9),
             predicted_n: generated,
             predicted_per_second: generated as f64 / gen_s.max(1e-9),
+            grammar_mask_ms: (mask.steps > 0)
+                .then(|| mask.total.as_secs_f64() * 1e3 / mask.steps as f64),
         };
         if args.json {
             text.push_str(&tail);
-            let obj = JsonOut { prompt_tokens: prompt_tokens.clone(), tokens: json_tokens, text, timings };
+            let obj = JsonOut {
+                prompt_tokens: prompt_tokens.clone(),
+                tokens: json_tokens,
+                text,
+                stop_reason: stop_reason.as_str(),
+                timings,
+            };
             serde_json::to_writer(&mut out, &obj).map_err(std::io::Error::other)?;
             writeln!(out)?;
         } else {
             out.write_all(tail.as_bytes())?;
             writeln!(out)?;
             eprintln!(
-                "load {:.0} ms | prompt {} tokens, {:.1} tokens/s | generated {} tokens, {:.1} tokens/s | {} threads",
-                timings.load_ms, timings.prompt_n, timings.prompt_per_second, timings.predicted_n, timings.predicted_per_second, threads
+                "load {:.0} ms | prompt {} tokens, {:.1} tokens/s | generated {} tokens, {:.1} tokens/s | {} threads | stop: {}",
+                timings.load_ms, timings.prompt_n, timings.prompt_per_second, timings.predicted_n, timings.predicted_per_second, threads, stop_reason.as_str()
             );
+            if mask.steps > 0 {
+                eprintln!(
+                    "grammar mask: {} steps, mean {:.3} ms, max {:.3} ms",
+                    mask.steps,
+                    mask.total.as_secs_f64() * 1e3 / mask.steps as f64,
+                    mask.max.as_secs_f64() * 1e3
+                );
+            }
         }
         Ok(())
     })

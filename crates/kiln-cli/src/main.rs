@@ -1,8 +1,13 @@
 //! The `kiln` command. Thin: parses arguments and composes the crates.
 
+mod args;
+mod bench;
+mod chat;
 mod error;
 mod generate;
 mod inspect;
+mod perplexity;
+mod samples;
 
 use std::process::ExitCode;
 
@@ -30,12 +35,23 @@ enum Command {
         #[arg(long)]
         full: bool,
     },
+    /// Prompt-processing and generation speed, printed like llama-bench (`-o md|json`).
+    Bench(bench::BenchArgs),
+    /// Perplexity of a text file (as llama-perplexity), and KL divergence against saved
+    /// reference logits.
+    Perplexity(perplexity::PerplexityArgs),
+    /// Chat with the model: reads messages line by line from stdin (a terminal or a
+    /// pipe), streams each reply, and keeps the conversation within the context.
+    Chat(chat::ChatCommandArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result: Result<(), CliError> = match cli.command {
         Command::Generate(args) => generate::run(args),
+        Command::Perplexity(args) => perplexity::run(args),
+        Command::Chat(args) => chat::run(args),
+        Command::Bench(args) => bench::run(args),
         Command::Inspect { file, full } => (|| {
             let path = kiln_hub::resolve(&file)?;
             let stdout = std::io::stdout();

@@ -169,4 +169,46 @@ pub enum FormatError {
     /// The same tensor name appears twice.
     #[error("tensor '{name}' appears more than once")]
     DuplicateTensor { name: String },
+
+    /// A safetensors header that is not the JSON the format prescribes.
+    #[error("safetensors header: {field}: {reason}")]
+    SafetensorsHeader { field: String, reason: String },
+
+    /// A safetensors dtype string outside the specification's list.
+    #[error("tensor '{tensor}' has unknown safetensors dtype '{dtype}'")]
+    UnknownDtype { tensor: String, dtype: String },
+
+    /// A safetensors tensor whose byte range does not match its shape and dtype.
+    #[error(
+        "tensor '{tensor}' ({dtype}, shape {shape:?}) needs {expected} bytes, but its data_offsets [{begin}, {end}] span {}",
+        end - begin
+    )]
+    DataOffsetsMismatch {
+        tensor: String,
+        dtype: &'static str,
+        shape: Vec<u64>,
+        expected: u64,
+        begin: u64,
+        end: u64,
+    },
+
+    /// safetensors data that is not tiled exactly by its tensors (a hole or an overlap).
+    #[error("tensor '{tensor}' at data offset {offset} {reason} (expected offset {expected})")]
+    DataLayout {
+        tensor: String,
+        offset: u64,
+        expected: u64,
+        reason: &'static str,
+    },
+
+    /// A `model.safetensors.index.json` that is malformed or disagrees with its shards.
+    #[error("shard index {}: {reason}", .path.display())]
+    BadShardIndex { path: PathBuf, reason: String },
+
+    /// A directory with neither `model.safetensors` nor `model.safetensors.index.json`.
+    #[error(
+        "{} holds neither model.safetensors nor model.safetensors.index.json",
+        .dir.display()
+    )]
+    NoSafetensors { dir: PathBuf },
 }

@@ -1,7 +1,8 @@
 //! # kiln-format
 //!
-//! Reads model files: GGUF v2/v3 (and, later, safetensors) over `memmap2`, exposing typed
-//! metadata and zero-copy tensor views; writes GGUF files (test fixtures, `kiln quantize`).
+//! Reads model files: GGUF v2/v3 and safetensors (single files and sharded checkpoints with
+//! `model.safetensors.index.json`) over `memmap2`, exposing typed metadata and zero-copy
+//! tensor views; writes GGUF and safetensors files (test fixtures, conversions).
 //!
 //! **Owns:** file parsing and writing, bounds checking, metadata values, tensor tables, the
 //! [`GgmlType`] geometry table.
@@ -23,6 +24,7 @@ mod error;
 mod ggml_type;
 mod gguf;
 mod limits;
+mod safetensors;
 
 pub use error::FormatError;
 pub use ggml_type::{ALL_GGML_TYPES, GgmlType};
@@ -31,3 +33,8 @@ pub use gguf::{
     Metadata, TensorInfo, TensorView, Value, ValueType,
 };
 pub use limits::{HARD_MAX_ARRAY_DEPTH, Limits};
+pub use safetensors::{
+    Dtype, INDEX_FILE as SAFETENSORS_INDEX_FILE, MAX_HEADER_LEN as SAFETENSORS_MAX_HEADER_LEN,
+    SINGLE_FILE as SAFETENSORS_FILE, SafetensorsFile, SafetensorsSet, SafetensorsTensorInfo,
+    SafetensorsTensorView, SafetensorsWriter, ShardIndex,
+};

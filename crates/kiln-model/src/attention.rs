@@ -1,16 +1,31 @@
-//! Causal multi-head attention with grouped KV heads over the KV cache.
+//! Causal multi-head attention with grouped KV heads, read straight from the paged KV cache
+//! (`kiln-kv`) in its stored form.
 //!
-//! The arithmetic is that of llama.cpp's default CPU path (flash attention, f16 KV cache):
+//! The arithmetic for an f16 cache is that of llama.cpp's default CPU path (flash attention):
 //! the query is rounded to f16, each score is an f16·f16 dot product accumulated in f32 and
-//! scaled, the softmax is computed online (running maximum and sum, `exp` in f32), and the
-//! weighted sum of values is accumulated in f16. Matching these roundings keeps Kiln's
-//! outputs as close to llama.cpp's as these models allow (see `docs/correctness.md`). Every
-//! query row is computed independently, so results do not depend on the batch.
+//! scaled (soft-capped, `c·tanh(s)`, for Gemma 2), the softmax is computed online (running
+//! maximum and sum, `exp` in f32), and the weighted sum of values is accumulated in f16 with
+//! one rounding per multiply-add, then multiplied by `1/sum`. Matching these roundings keeps
+//! Kiln's outputs as close to llama.cpp's as these models allow (see `docs/correctness.md`).
+//! Other stored types (see `docs/kv-cache.md`): f32 K — f32 query, fused multiply-add dot;
+//! q8_0 / q4_0 / q4_1 / q5_0 K — the query quantized to the type's `vec_dot_type` and
+//! kiln-quant's integer dot (ggml's `vec_dot`); f32 or quantized V — rows (dequantized per
+//! block) accumulated in f32.
+//!
+//! Every query row is computed independently, keys in position order with one fixed
+//! summation order, so results depend neither on the batch a row runs in nor on the thread
+//! count. The inner loops are kiln-quant's attention kernels (`kiln_quant::attn`), whose
+//! SIMD forms equal the scalar oracle bit for bit. Work is split over (query head, tile of
+//! query rows); within a tile, keys are walked in chunks of pages and each chunk serves
+//! every row of the tile before the next is read, so prefill reuses K/V pages from cache.
 
 use half::f16;
+use kiln_kv::{KvType, LayerView};
+use kiln_quant::GgmlType;
+use kiln_quant::attn::{AttnKernels, attn_kernels};
 use rayon::prelude::*;
 
-use crate::ModelConfig;
+use crate::{ModelConfig, ModelError};
 
 /// Per-call geometry of one attention evaluation.
 pub struct AttnShape {
@@ -22,100 +37,362 @@ pub struct AttnShape {
     pub window: Option<usize>,
 }
 
+/// Query rows per task.
+const TILE: usize = 32;
+/// Keys per chunk (rounded to whole pages).
+const CHUNK_KEYS: usize = 128;
+
+/// Buffers of one task (one query head × one tile of rows), sized once.
+struct Slot {
+    /// The tile's queries in the form the key kernel takes (f16-rounded or f32).
+    q: Vec<f32>,
+    /// The tile's queries quantized to the K type's `vec_dot_type`.
+    qa: Vec<u8>,
+    scores: Vec<f32>,
+    ms: Vec<f32>,
+    vs: Vec<f32>,
+    acc16: Vec<f16>,
+    acc32: Vec<f32>,
+    max: Vec<f32>,
+    sum: Vec<f32>,
+    /// A chunk of dequantized V rows (quantized V only).
+    vdq: Vec<f32>,
+    pages_k: Vec<usize>,
+    pages_v: Vec<usize>,
+}
+
+/// Everything the attention needs besides its inputs: one slot per (head, tile) of the
+/// largest batch, and the head-major output before it is interleaved. Allocated once.
+pub(crate) struct AttnScratch {
+    slots: Vec<Slot>,
+    tiles: usize,
+    head_out: Vec<f32>,
+}
+
+impl AttnScratch {
+    /// Scratch for batches of up to `n_batch` tokens of a model with this shape, over a
+    /// cache with `block_size`-token pages and these stored types.
+    pub(crate) fn new(
+        cfg: &ModelConfig,
+        n_batch: usize,
+        block_size: usize,
+        k_type: KvType,
+        v_type: KvType,
+    ) -> AttnScratch {
+        let tiles = n_batch.div_ceil(TILE).max(1);
+        let rows = TILE.min(n_batch.max(1));
+        let pages = chunk_pages(block_size);
+        let keys = pages * block_size;
+        let (hd, hdv) = (cfg.head_dim, cfg.head_dim_v);
+        let qa = if k_type.is_float() {
+            0
+        } else {
+            act_row_bytes(k_type, hd)
+        };
+        let slot = || Slot {
+            q: vec![0.0; rows * hd],
+            qa: vec![0; rows * qa],
+            scores: vec![0.0; keys],
+            ms: vec![0.0; keys],
+            vs: vec![0.0; keys],
+            acc16: vec![f16::ZERO; if v_type == KvType::F16 { rows * hdv } else { 0 }],
+            acc32: vec![0.0; if v_type == KvType::F16 { 0 } else { rows * hdv }],
+            max: vec![0.0; rows],
+            sum: vec![0.0; rows],
+            vdq: vec![0.0; if v_type.is_float() { 0 } else { keys * hdv }],
+            pages_k: vec![0; pages],
+            pages_v: vec![0; pages],
+        };
+        AttnScratch {
+            slots: (0..cfg.n_head * tiles).map(|_| slot()).collect(),
+            tiles,
+            head_out: vec![0.0; n_batch.max(1) * cfg.n_head * hdv],
+        }
+    }
+
+    /// Bytes held.
+    pub(crate) fn bytes(&self) -> usize {
+        let slot = self.slots.first().map_or(0, |s| {
+            4 * (s.q.len() + s.scores.len() * 3 + s.acc32.len() + s.max.len() * 2 + s.vdq.len())
+                + s.qa.len()
+                + 2 * s.acc16.len()
+                + 8 * (s.pages_k.len() + s.pages_v.len())
+        });
+        slot * self.slots.len() + 4 * self.head_out.len()
+    }
+}
+
+/// Pages per chunk: about [`CHUNK_KEYS`] keys.
+fn chunk_pages(block_size: usize) -> usize {
+    (CHUNK_KEYS / block_size).max(1)
+}
+
+/// The type a query is converted to before the integer dot with quantized keys.
+fn act_type(k_type: KvType) -> GgmlType {
+    match k_type {
+        KvType::Q4_1 => GgmlType::Q8_1,
+        _ => GgmlType::Q8_0,
+    }
+}
+
+fn act_row_bytes(k_type: KvType, hd: usize) -> usize {
+    let t = act_type(k_type);
+    hd / t.block_elems() * t.block_bytes()
+}
+
 /// Computes attention for `n_tokens` queries at positions `pos0..pos0+n_tokens`, each
-/// attending to cached positions up to its own (within the window).
+/// attending to the cached positions up to its own (within the window). The cache must
+/// already hold the keys and values of the query positions.
 ///
-/// `q` is token-major (`n_tokens × n_head·head_dim`). `head_out` is scratch of
-/// `n_head × n_tokens × head_dim_v`, `scratch` of `n_head × (head_dim + head_dim_v)` f16
-/// values; the result is written token-major to `out` (`n_tokens × n_head·head_dim_v`).
-#[allow(clippy::too_many_arguments)]
-pub fn attention(
+/// `q` is token-major (`n_tokens × n_head·head_dim`); the result is written token-major to
+/// `out` (`n_tokens × n_head·head_dim_v`).
+pub(crate) fn attention(
     cfg: &ModelConfig,
     shape: &AttnShape,
     q: &[f32],
-    keys: &[f16],
-    values: &[f16],
-    head_out: &mut [f32],
-    scratch: &mut [f16],
+    kv: &LayerView<'_>,
+    scratch: &mut AttnScratch,
     out: &mut [f32],
-) {
-    let (n_head, hd, hdv) = (cfg.n_head, cfg.head_dim, cfg.head_dim_v);
-    let group = n_head / cfg.n_head_kv;
-    let (k_dim, v_dim, q_dim) = (cfg.k_dim(), cfg.v_dim(), cfg.q_dim());
+) -> Result<(), ModelError> {
+    attention_with(attn_kernels(), cfg, shape, q, kv, scratch, out)
+}
+
+/// [`attention`] with the given kernel table (tests compare ISAs).
+pub(crate) fn attention_with(
+    ak: &AttnKernels,
+    cfg: &ModelConfig,
+    shape: &AttnShape,
+    q: &[f32],
+    kv: &LayerView<'_>,
+    scratch: &mut AttnScratch,
+    out: &mut [f32],
+) -> Result<(), ModelError> {
+    let (n_head, hdv) = (cfg.n_head, cfg.head_dim_v);
     let n_tok = shape.n_tokens;
-    let scale = cfg.attn_scale;
-
-    head_out[..n_head * n_tok * hdv]
+    let tiles = scratch.tiles;
+    let head_out = &mut scratch.head_out[..n_head * n_tok * hdv];
+    head_out
         .par_chunks_mut(n_tok * hdv)
-        .zip(scratch[..n_head * (hd + hdv)].par_chunks_mut(hd + hdv))
+        .zip(scratch.slots.par_chunks_mut(tiles))
         .enumerate()
-        .for_each(|(h, (ho, sc))| {
-            let g = h / group;
-            let (q16, acc) = sc.split_at_mut(hd);
-            for t in 0..n_tok {
-                let pos = shape.pos0 + t;
-                let first = match shape.window {
-                    Some(w) if pos + 1 > w => pos + 1 - w,
-                    _ => 0,
-                };
-                let qh = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd];
-                for (d, &s) in q16.iter_mut().zip(qh) {
-                    *d = f16::from_f32(s);
-                }
-                acc.fill(f16::ZERO);
-                let mut max = f32::NEG_INFINITY;
-                let mut sum = 0.0f32;
-                for j in first..=pos {
-                    let kj = &keys[j * k_dim + g * hd..j * k_dim + (g + 1) * hd];
-                    let s = dot_f16(q16, kj) * scale;
-                    let vj = &values[j * v_dim + g * hdv..j * v_dim + (g + 1) * hdv];
-                    if s > max {
-                        // New maximum: rescale what was accumulated; this value's weight is 1.
-                        let ms = (max - s).exp();
-                        max = s;
-                        scale_f16(acc, ms);
-                        mad_f16(acc, vj, 1.0);
-                        sum = sum * ms + 1.0;
-                    } else {
-                        let vs = (s - max).exp();
-                        mad_f16(acc, vj, vs);
-                        sum += vs;
-                    }
-                }
-                let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-                for (o, a) in ho[t * hdv..(t + 1) * hdv].iter_mut().zip(acc.iter()) {
-                    *o = a.to_f32() * inv;
-                }
-            }
-        });
-
+        .try_for_each(|(h, (ho, slots))| {
+            ho.par_chunks_mut(TILE * hdv)
+                .zip(slots.par_iter_mut())
+                .enumerate()
+                .try_for_each(|(tile, (o, slot))| {
+                    let t0 = tile * TILE;
+                    let rows = o.len() / hdv;
+                    run_tile(ak, cfg, shape, q, kv, h, t0, rows, slot, o)
+                })
+        })?;
     for t in 0..n_tok {
         for h in 0..n_head {
             out[t * n_head * hdv + h * hdv..t * n_head * hdv + (h + 1) * hdv].copy_from_slice(
-                &head_out[h * n_tok * hdv + t * hdv..h * n_tok * hdv + (t + 1) * hdv],
+                &scratch.head_out[h * n_tok * hdv + t * hdv..h * n_tok * hdv + (t + 1) * hdv],
             );
         }
     }
+    Ok(())
 }
 
-/// f16·f16 dot product accumulated in f32 (every product is exact in f32).
-fn dot_f16(a: &[f16], b: &[f16]) -> f32 {
-    a.iter()
-        .zip(b)
-        .map(|(&x, &y)| x.to_f32() * y.to_f32())
-        .sum()
-}
-
-/// `acc = f16(acc · s)`.
-fn scale_f16(acc: &mut [f16], s: f32) {
-    for a in acc.iter_mut() {
-        *a = f16::from_f32(a.to_f32() * s);
+/// The first position a query at `pos` sees.
+fn first_visible(pos: usize, window: Option<usize>) -> usize {
+    match window {
+        Some(w) if pos + 1 > w => pos + 1 - w,
+        _ => 0,
     }
 }
 
-/// `acc = f16(acc + v · s)`, one rounding per element (fused multiply-add in f32).
-fn mad_f16(acc: &mut [f16], v: &[f16], s: f32) {
-    for (a, &x) in acc.iter_mut().zip(v) {
-        *a = f16::from_f32(x.to_f32().mul_add(s, a.to_f32()));
+/// Query head `h`, rows `t0..t0 + rows` of the batch, into `out` (`rows × head_dim_v`).
+#[allow(clippy::too_many_arguments)]
+fn run_tile(
+    ak: &AttnKernels,
+    cfg: &ModelConfig,
+    shape: &AttnShape,
+    q: &[f32],
+    kv: &LayerView<'_>,
+    h: usize,
+    t0: usize,
+    rows: usize,
+    slot: &mut Slot,
+    out: &mut [f32],
+) -> Result<(), ModelError> {
+    let (hd, hdv, q_dim) = (cfg.head_dim, cfg.head_dim_v, cfg.q_dim());
+    let g = h / (cfg.n_head / cfg.n_head_kv);
+    let bs = kv.block_size();
+    let (k_type, v_type) = (kv.k_type(), kv.v_type());
+    let kq = kiln_quant::kernels();
+    // With soft-capping (Gemma 2) a score is `c · tanh(dot · scale / c)`; the division is
+    // folded into the scale as ggml does.
+    let softcap = cfg.attn_softcap;
+    let scale = match softcap {
+        Some(c) => cfg.attn_scale / c,
+        None => cfg.attn_scale,
+    };
+    let qab = if k_type.is_float() {
+        0
+    } else {
+        act_row_bytes(k_type, hd)
+    };
+
+    for r in 0..rows {
+        let t = t0 + r;
+        let src = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd];
+        match k_type {
+            KvType::F16 => ak.round_f16(src, &mut slot.q[r * hd..(r + 1) * hd]),
+            KvType::F32 => slot.q[r * hd..(r + 1) * hd].copy_from_slice(src),
+            _ => kq.quantize_activations(
+                act_type(k_type),
+                src,
+                &mut slot.qa[r * qab..(r + 1) * qab],
+            )?,
+        }
+        slot.max[r] = f32::NEG_INFINITY;
+        slot.sum[r] = 0.0;
     }
+    slot.acc16.fill(f16::ZERO);
+    slot.acc32.fill(0.0);
+
+    let k_arena = kv.k_bytes();
+    let v_arena = kv.v_bytes();
+    let (k16, k32) = (kv.k_f16(), kv.k_f32());
+    let (v16, v32) = (kv.v_f16(), kv.v_f32());
+    let k_esize = match k_type {
+        KvType::F16 => 2,
+        KvType::F32 => 4,
+        _ => 1,
+    };
+    let v_esize = match v_type {
+        KvType::F16 => 2,
+        KvType::F32 => 4,
+        _ => 1,
+    };
+    let k_row = kv.config().k_row_bytes();
+    let v_row = kv.config().v_row_bytes();
+
+    let pos_first = shape.pos0 + t0;
+    let key_lo = first_visible(pos_first, shape.window);
+    let key_hi = pos_first + rows; // exclusive: the last row's own position + 1
+    let per_chunk = chunk_pages(bs);
+    let mut p0 = key_lo / bs;
+    while p0 * bs < key_hi {
+        let p1 = (p0 + per_chunk).min(key_hi.div_ceil(bs));
+        let np = p1 - p0;
+        for (i, p) in (p0..p1).enumerate() {
+            slot.pages_k[i] = kv.k_page(p, g) / k_esize;
+            slot.pages_v[i] = kv.v_page(p, g) / v_esize;
+        }
+        if !v_type.is_float() {
+            // Dequantize the chunk's V rows once for all rows of the tile.
+            for i in 0..np {
+                let at = slot.pages_v[i];
+                kq.dequantize(
+                    v_type.ggml(),
+                    &v_arena[at..at + bs * v_row],
+                    &mut slot.vdq[i * bs * hdv..(i + 1) * bs * hdv],
+                )?;
+            }
+        }
+        let chunk_lo = p0 * bs;
+        for r in 0..rows {
+            let pos = pos_first + r;
+            let lo = first_visible(pos, shape.window).max(chunk_lo);
+            let hi = (pos + 1).min(p1 * bs);
+            if lo >= hi {
+                continue;
+            }
+            // Scores of the pages that hold keys `lo..hi`.
+            let (pa, pb) = (lo / bs - p0, hi.div_ceil(bs) - p0);
+            let sc = &mut slot.scores[..(pb - pa) * bs];
+            let qr = &slot.q[r * hd..(r + 1) * hd];
+            match (k16, k32) {
+                (Some(k), _) => ak.scores_f16(qr, k, &slot.pages_k[pa..pb], bs, scale, sc),
+                (_, Some(k)) => ak.scores_f32(qr, k, &slot.pages_k[pa..pb], bs, scale, sc),
+                _ => {
+                    let qa = &slot.qa[r * qab..(r + 1) * qab];
+                    for j in lo..hi {
+                        let at = slot.pages_k[j / bs - p0] + (j % bs) * k_row;
+                        let d = kq.dot(k_type.ggml(), &k_arena[at..at + k_row], qa)?;
+                        sc[j - (p0 + pa) * bs] = d * scale;
+                    }
+                }
+            }
+            // Online softmax over the visible keys, in order.
+            let (mut max, mut sum) = (slot.max[r], slot.sum[r]);
+            let base = (p0 + pa) * bs;
+            for (i, j) in (lo..hi).enumerate() {
+                let mut s = sc[j - base];
+                if let Some(c) = softcap {
+                    s = c * s.tanh();
+                }
+                if s > max {
+                    // New maximum: rescale what was accumulated; this value's weight is 1.
+                    let m = (max - s).exp();
+                    max = s;
+                    sum = sum * m + 1.0;
+                    slot.ms[i] = m;
+                    slot.vs[i] = 1.0;
+                } else {
+                    let w = (s - max).exp();
+                    sum += w;
+                    slot.ms[i] = 1.0;
+                    slot.vs[i] = w;
+                }
+            }
+            slot.max[r] = max;
+            slot.sum[r] = sum;
+            let n = hi - lo;
+            let (ms, vs) = (&slot.ms[..n], &slot.vs[..n]);
+            let first = lo - chunk_lo;
+            match (v16, v32) {
+                (Some(v), _) => ak.accum_f16(
+                    &mut slot.acc16[r * hdv..(r + 1) * hdv],
+                    v,
+                    &slot.pages_v[..np],
+                    bs,
+                    first,
+                    ms,
+                    vs,
+                ),
+                (_, Some(v)) => ak.accum_f32(
+                    &mut slot.acc32[r * hdv..(r + 1) * hdv],
+                    v,
+                    &slot.pages_v[..np],
+                    bs,
+                    first,
+                    ms,
+                    vs,
+                ),
+                _ => ak.accum_f32(
+                    &mut slot.acc32[r * hdv..(r + 1) * hdv],
+                    &slot.vdq[..np * bs * hdv],
+                    &[0],
+                    np * bs,
+                    first,
+                    ms,
+                    vs,
+                ),
+            }
+        }
+        p0 = p1;
+    }
+
+    for r in 0..rows {
+        let sum = slot.sum[r];
+        let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+        let o = &mut out[r * hdv..(r + 1) * hdv];
+        if v_type == KvType::F16 {
+            for (o, a) in o.iter_mut().zip(&slot.acc16[r * hdv..(r + 1) * hdv]) {
+                *o = a.to_f32() * inv;
+            }
+        } else {
+            for (o, a) in o.iter_mut().zip(&slot.acc32[r * hdv..(r + 1) * hdv]) {
+                *o = a * inv;
+            }
+        }
+    }
+    Ok(())
 }
+
+#[cfg(test)]
+mod tests;

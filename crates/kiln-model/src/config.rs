@@ -1,4 +1,5 @@
-//! The hyper-parameters of a decoder-only transformer, read from GGUF metadata.
+//! The hyper-parameters of a decoder-only transformer, read from GGUF metadata (or from
+//! metadata synthesised from a Hugging Face `config.json`, see [`crate::hf`]).
 
 use kiln_format::Metadata;
 
@@ -14,13 +15,23 @@ pub enum RopeStyle {
     Neox,
 }
 
-/// The gated feed-forward activation.
+/// The feed-forward activation: applied to the gate of a gated FFN (`act(gate) * up`), or
+/// to the up projection of a plain one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Activation {
-    /// `silu(gate) * up` (llama, qwen).
+    /// SiLU (llama, qwen, phi-3).
     Silu,
-    /// `gelu_tanh(gate) * up` (gemma).
+    /// GELU, tanh approximation (gemma gated; phi-2 and GPT-2 plain).
     GeluTanh,
+}
+
+/// Which normalisation a model uses before (and after) its blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NormKind {
+    /// RMSNorm, `x / rms(x) · w`.
+    Rms,
+    /// LayerNorm, `(x − mean) / std · w + b` (phi-2, GPT-2).
+    Layer,
 }
 
 /// Everything the forward pass needs to know about the shapes and constants of a model.
@@ -53,6 +64,17 @@ pub struct ModelConfig {
     /// Multiplier applied to the attention scores (`1/sqrt(head_dim)` unless the
     /// architecture says otherwise).
     pub attn_scale: f32,
+    /// RMSNorm or LayerNorm.
+    pub norm: NormKind,
+    /// `down(act(gate) · up)` when true, `down(act(up))` when false.
+    pub gated_ffn: bool,
+    /// Attention and feed-forward read the same normalised input and their outputs are
+    /// added to the residual together (phi-2).
+    pub parallel_residual: bool,
+    /// Attention scores are soft-capped, `c · tanh(s / c)` (Gemma 2).
+    pub attn_softcap: Option<f32>,
+    /// Output logits are soft-capped, `c · tanh(l / c)` (Gemma 2).
+    pub final_logit_softcap: Option<f32>,
 }
 
 impl ModelConfig {
@@ -114,6 +136,16 @@ impl ModelConfig {
                 self.rope_base
             ));
         }
+        for (what, cap) in [
+            ("attention soft-cap", self.attn_softcap),
+            ("final logit soft-cap", self.final_logit_softcap),
+        ] {
+            if let Some(c) = cap
+                && !(c.is_finite() && c > 0.0)
+            {
+                return bad(format!("{what} {c} is not a positive number"));
+            }
+        }
         Ok(())
     }
 }
@@ -141,13 +173,28 @@ pub(crate) fn arch_opt_f32(
     Ok(md.opt_f32(&format!("{arch}.{suffix}"))?)
 }
 
-/// The parts of the configuration every llama-like architecture reads the same way.
-/// `vocab_size` falls back to the tokenizer's vocabulary length.
+/// The RoPE scaling methods Kiln implements (Llama 3 scaling comes as `rope_freqs`).
+pub const SUPPORTED_ROPE_SCALING: &[&str] = &["none", "linear"];
+
+/// The parts of the configuration every architecture reads the same way. `vocab_size`
+/// falls back to the tokenizer's vocabulary length; the epsilon is read from
+/// `attention.layer_norm_rms_epsilon` or `attention.layer_norm_epsilon` by `norm`. The
+/// feed-forward is gated; architectures change the fields that differ.
 pub(crate) fn common_config(
     md: &Metadata,
     arch: &str,
     rope_style: RopeStyle,
     activation: Activation,
+) -> Result<ModelConfig, ModelError> {
+    common_config_with(md, arch, rope_style, activation, NormKind::Rms)
+}
+
+pub(crate) fn common_config_with(
+    md: &Metadata,
+    arch: &str,
+    rope_style: RopeStyle,
+    activation: Activation,
+    norm: NormKind,
 ) -> Result<ModelConfig, ModelError> {
     let n_embd = arch_usize(md, arch, "embedding_length")?;
     let n_head = arch_usize(md, arch, "attention.head_count")?;
@@ -171,10 +218,15 @@ pub(crate) fn common_config(
             _ => 1.0,
         },
         Some(other) => {
-            return Err(ModelError::InvalidConfig(format!(
-                "RoPE scaling type '{other}' is not supported yet (supported: none, linear)"
-            )));
+            return Err(ModelError::UnsupportedRopeScaling {
+                kind: other.to_string(),
+                supported: SUPPORTED_ROPE_SCALING.to_vec(),
+            });
         }
+    };
+    let eps_key = match norm {
+        NormKind::Rms => "attention.layer_norm_rms_epsilon",
+        NormKind::Layer => "attention.layer_norm_epsilon",
     };
     let cfg = ModelConfig {
         arch: arch.to_string(),
@@ -189,11 +241,16 @@ pub(crate) fn common_config(
         rope_base: arch_opt_f32(md, arch, "rope.freq_base")?.unwrap_or(10_000.0),
         rope_freq_scale,
         rope_style,
-        norm_eps: arch_opt_f32(md, arch, "attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5),
+        norm_eps: arch_opt_f32(md, arch, eps_key)?.unwrap_or(1e-5),
         vocab_size,
         n_ctx_train: arch_opt_usize(md, arch, "context_length")?.unwrap_or(2048),
         activation,
         attn_scale: 1.0 / (head_dim as f32).sqrt(),
+        norm,
+        gated_ffn: true,
+        parallel_residual: false,
+        attn_softcap: None,
+        final_logit_softcap: None,
     };
     Ok(cfg)
 }

@@ -41,10 +41,39 @@ pub enum ModelError {
     /// A token id outside the vocabulary.
     #[error("token id {id} is outside the vocabulary of {vocab} tokens")]
     TokenOutOfRange { id: u32, vocab: usize },
+    /// `--quantize` asked for a type Kiln cannot quantize to.
+    #[error("cannot quantize to {requested}; supported: {}", supported.join(", "))]
+    UnsupportedQuantization {
+        requested: String,
+        supported: Vec<&'static str>,
+    },
+    /// A RoPE scaling method Kiln does not implement.
+    #[error("RoPE scaling '{kind}' is not supported; supported: {}", supported.join(", "))]
+    UnsupportedRopeScaling {
+        kind: String,
+        supported: Vec<&'static str>,
+    },
+    /// A Hugging Face `config.json` that is missing a value or holds one Kiln cannot use.
+    #[error("{}: {field}: {reason}", .path.display())]
+    HfConfig {
+        path: std::path::PathBuf,
+        field: String,
+        reason: String,
+    },
+    /// A model path that is neither a GGUF file nor a Hugging Face model directory.
+    #[error("{}: {reason}", .path.display())]
+    NotAModel {
+        path: std::path::PathBuf,
+        reason: String,
+    },
     /// Reading the file or its metadata failed.
     #[error(transparent)]
     Format(#[from] FormatError),
     /// A kernel refused its inputs.
     #[error(transparent)]
     Quant(#[from] QuantError),
+    /// The KV cache refused an operation (out of blocks, an unknown sequence, an
+    /// unsupported K/V type for this model's head size).
+    #[error(transparent)]
+    Kv(#[from] kiln_kv::KvError),
 }

@@ -1,67 +1,123 @@
-//! A plain, contiguous KV cache: one f16 K and V row per (layer, position).
-//!
-//! This is the first-light cache; the paged cache of `kiln-kv` replaces it.
+//! The adapter between a model and its KV cache (`kiln-kv`): the cache options a session
+//! takes, the cache shape a model needs, and the memory plan printed at load.
 
-use half::f16;
+use std::fmt;
+
+use kiln_kv::{KvConfig, KvType};
 
 use crate::ModelConfig;
 
-/// Keys and values of every layer for positions `0..len`, stored as f16 as llama.cpp's
-/// default cache does.
-pub struct KvCache {
-    n_ctx: usize,
-    k_dim: usize,
-    v_dim: usize,
-    k: Vec<Vec<f16>>,
-    v: Vec<Vec<f16>>,
+/// How a session's KV cache is built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvOptions {
+    /// Stored type of keys (default f16, as llama.cpp).
+    pub k_type: KvType,
+    /// Stored type of values (default f16).
+    pub v_type: KvType,
+    /// Tokens per page (default 16).
+    pub block_size: usize,
+    /// Bytes for the whole cache; `None`: exactly enough for one sequence of the session's
+    /// context.
+    pub memory: Option<usize>,
 }
 
-impl KvCache {
-    /// A cache for `n_ctx` positions of the given model shape.
-    pub fn new(cfg: &ModelConfig, n_ctx: usize) -> Self {
-        let (k_dim, v_dim) = (cfg.k_dim(), cfg.v_dim());
-        KvCache {
-            n_ctx,
-            k_dim,
-            v_dim,
-            k: (0..cfg.n_layer)
-                .map(|_| vec![f16::ZERO; n_ctx * k_dim])
-                .collect(),
-            v: (0..cfg.n_layer)
-                .map(|_| vec![f16::ZERO; n_ctx * v_dim])
-                .collect(),
+impl Default for KvOptions {
+    fn default() -> Self {
+        KvOptions {
+            k_type: KvType::F16,
+            v_type: KvType::F16,
+            block_size: KvConfig::DEFAULT_BLOCK_SIZE,
+            memory: None,
+        }
+    }
+}
+
+impl KvOptions {
+    /// The cache shape for `cfg` with `n_blocks` blocks.
+    pub fn config(&self, cfg: &ModelConfig, n_blocks: usize) -> KvConfig {
+        KvConfig {
+            n_layer: cfg.n_layer,
+            n_kv_head: cfg.n_head_kv,
+            head_dim_k: cfg.head_dim,
+            head_dim_v: cfg.head_dim_v,
+            k_type: self.k_type,
+            v_type: self.v_type,
+            block_size: self.block_size,
+            n_blocks,
         }
     }
 
-    /// How many positions the cache holds.
-    pub fn n_ctx(&self) -> usize {
-        self.n_ctx
-    }
-
-    /// Bytes of memory held.
-    pub fn bytes(&self) -> usize {
-        self.k.len() * self.n_ctx * (self.k_dim + self.v_dim) * 2
-    }
-
-    /// Stores the keys and values of `n` consecutive positions starting at `pos`.
-    pub fn store(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
-        let kd = &mut self.k[layer][pos * self.k_dim..pos * self.k_dim + k.len()];
-        for (d, &s) in kd.iter_mut().zip(k) {
-            *d = f16::from_f32(s);
-        }
-        let vd = &mut self.v[layer][pos * self.v_dim..pos * self.v_dim + v.len()];
-        for (d, &s) in vd.iter_mut().zip(v) {
-            *d = f16::from_f32(s);
+    /// Blocks this budget buys for `cfg`, or the blocks of one `n_ctx` sequence without one.
+    pub fn n_blocks(&self, cfg: &ModelConfig, n_ctx: usize) -> usize {
+        let shape = self.config(cfg, 0);
+        match self.memory {
+            Some(bytes) => shape.blocks_in_budget(bytes),
+            None => shape.blocks_for_tokens(n_ctx),
         }
     }
+}
 
-    /// All key rows of a layer (`n_ctx × k_dim`).
-    pub fn keys(&self, layer: usize) -> &[f16] {
-        &self.k[layer]
+/// Where a session's memory goes, decided when it is created.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryPlan {
+    /// Bytes of weights (mapped from the file, or quantized at load).
+    pub weight_bytes: u64,
+    pub k_type: KvType,
+    pub v_type: KvType,
+    pub kv_blocks: usize,
+    /// Tokens per block.
+    pub kv_block_tokens: usize,
+    /// Bytes of one block (all layers, K and V).
+    pub kv_block_bytes: usize,
+    /// Bytes one token's K and V take in the stored types (all layers).
+    pub kv_bytes_per_token: usize,
+    /// Buffers of the forward pass (activations, attention scratch, logits).
+    pub scratch_bytes: usize,
+}
+
+impl MemoryPlan {
+    /// Bytes of the KV cache.
+    pub fn kv_bytes(&self) -> usize {
+        self.kv_blocks * self.kv_block_bytes
     }
 
-    /// All value rows of a layer (`n_ctx × v_dim`).
-    pub fn values(&self, layer: usize) -> &[f16] {
-        &self.v[layer]
+    /// Positions the cache holds in all.
+    pub fn kv_tokens(&self) -> usize {
+        self.kv_blocks * self.kv_block_tokens
+    }
+}
+
+/// `bytes` with a binary unit.
+pub(crate) fn human(bytes: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{v:.0} {}", UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+impl fmt::Display for MemoryPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "memory: weights {} | KV {}/{}: {} blocks × {} tokens × {} = {} ({} tokens, {} B/token) | scratch {}",
+            human(self.weight_bytes as f64),
+            self.k_type,
+            self.v_type,
+            self.kv_blocks,
+            self.kv_block_tokens,
+            human(self.kv_block_bytes as f64),
+            human(self.kv_bytes() as f64),
+            self.kv_tokens(),
+            self.kv_bytes_per_token,
+            human(self.scratch_bytes as f64),
+        )
     }
 }

@@ -1,10 +1,12 @@
 //! # kiln-model
 //!
 //! Model architectures and the forward pass: reads a model's configuration from GGUF
-//! metadata, binds its weight tensors (left quantized in the mapped file), and evaluates
-//! batches of tokens into logits.
+//! metadata or a Hugging Face `config.json`, binds its weight tensors (left in the mapped
+//! GGUF or safetensors file, or quantized once on request), and evaluates batches of tokens
+//! into logits.
 //!
-//! **Owns:** architecture definitions (one module each, in [`arch`]), the shared decoder
+//! **Owns:** architecture definitions (one module each, in `arch`), the Hugging Face
+//! config and tensor-name translation (`hf`), quantize-on-load, the shared decoder
 //! blocks (attention, feed-forward, norms, RoPE), per-sequence sessions.
 //!
 //! **Must never:** copy weight matrices to f32, allocate per generated token, run an
@@ -12,15 +14,24 @@
 
 mod arch;
 mod attention;
+mod blocks;
 mod config;
+pub mod convert;
 mod error;
+mod hf;
 mod kv;
 mod model;
 pub mod ops;
+pub mod quantize;
 mod trace;
 mod weights;
 
 pub use arch::SUPPORTED_ARCHITECTURES;
-pub use config::{Activation, ModelConfig, RopeStyle};
+pub use config::{Activation, ModelConfig, NormKind, RopeStyle, SUPPORTED_ROPE_SCALING};
 pub use error::ModelError;
+pub use hf::HF_MODEL_TYPES;
+pub use kiln_kv::{KvCache, KvError, KvStats, KvType, SeqId};
+pub use kv::{KvOptions, MemoryPlan};
 pub use model::{Logits, Model, Session};
+pub use quantize::QUANTIZE_TYPES;
+pub use weights::{LoadOptions, SourceKind};

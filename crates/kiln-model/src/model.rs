@@ -7,34 +7,40 @@ use std::sync::Arc;
 use kiln_format::GgufFile;
 use kiln_quant::{MatmulScratch, matmul_prepared};
 
-use crate::attention::{AttnShape, attention};
-use crate::kv::KvCache;
-use crate::ops::{
-    add_inplace, gated_activation, rms_norm, rms_norm_inplace, rope_apply, rope_table,
-};
+use crate::attention::{AttnScratch, AttnShape, attention};
+use crate::blocks::{Norm, rope_table_with_factors, softcap_inplace};
+use crate::kv::{KvOptions, MemoryPlan};
+use crate::ops::{activation_inplace, add_inplace, gated_activation, rms_norm_inplace, rope_apply};
 use crate::trace;
-use crate::weights::{Weight, WeightStore};
+use crate::weights::{LoadOptions, SourceKind, Weight, WeightStore};
 use crate::{ModelConfig, ModelError};
+use kiln_kv::{KvCache, SeqId};
 
-/// The tensors and per-layer settings of one transformer block.
+/// The tensors and per-layer settings of one transformer block. Fused projections (QKV,
+/// gate+up) are bound as row ranges of one tensor, so the graph only sees the parts.
 pub(crate) struct LayerSpec {
-    pub attn_norm: Vec<f32>,
+    pub attn_norm: Norm,
     pub wq: Weight,
     pub wk: Weight,
     pub wv: Weight,
-    pub wo: Weight,
     pub bq: Option<Vec<f32>>,
     pub bk: Option<Vec<f32>>,
     pub bv: Option<Vec<f32>>,
     /// Per-head RMSNorm of queries and keys before RoPE.
     pub q_norm: Option<Vec<f32>>,
     pub k_norm: Option<Vec<f32>>,
+    pub wo: Weight,
+    pub bo: Option<Vec<f32>>,
     /// RMSNorm of the attention output before the residual add.
     pub post_attn_norm: Option<Vec<f32>>,
-    pub ffn_norm: Vec<f32>,
-    pub w_gate: Weight,
+    /// `None` for parallel blocks, whose FFN reads the attention norm's output.
+    pub ffn_norm: Option<Norm>,
+    /// `None` for a plain (ungated) FFN.
+    pub w_gate: Option<Weight>,
     pub w_up: Weight,
+    pub b_up: Option<Vec<f32>>,
     pub w_down: Weight,
+    pub b_down: Option<Vec<f32>>,
     /// RMSNorm of the FFN output before the residual add.
     pub post_ffn_norm: Option<Vec<f32>>,
     /// Attend to at most this many most recent positions.
@@ -46,11 +52,16 @@ pub(crate) struct LayerSpec {
 pub(crate) struct ModelSpec {
     pub cfg: ModelConfig,
     pub tok_embd: Weight,
-    pub output_norm: Vec<f32>,
+    /// Learned absolute positions (GPT-2), one row per position.
+    pub pos_embd: Option<Weight>,
+    pub output_norm: Norm,
     pub output: Weight,
+    pub output_bias: Option<Vec<f32>>,
     pub layers: Vec<LayerSpec>,
     /// Multiplier for embedding rows (Gemma: √hidden).
     pub embed_scale: Option<f32>,
+    /// Per-dimension RoPE frequency divisors (Llama 3 scaling), `n_rot / 2` values.
+    pub rope_freqs: Option<Vec<f32>>,
 }
 
 /// A loaded model: configuration plus weights left in the mapped file.
@@ -69,15 +80,51 @@ pub enum Logits {
 }
 
 impl Model {
-    /// Opens a GGUF file and binds its tensors.
+    /// Opens a model: a GGUF file, or a Hugging Face model directory (`config.json` and
+    /// safetensors), with default [`LoadOptions`].
     pub fn open(path: impl AsRef<Path>) -> Result<Model, ModelError> {
-        Model::from_gguf(Arc::new(GgufFile::open(path)?))
+        Model::open_with(path, &LoadOptions::default())
+    }
+
+    /// [`Model::open`] with explicit options.
+    pub fn open_with(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Model, ModelError> {
+        let path = path.as_ref();
+        if path.is_dir() {
+            Model::from_hf_dir(path, options)
+        } else {
+            Model::from_gguf_with(Arc::new(GgufFile::open(path)?), options)
+        }
     }
 
     /// Binds the tensors of an opened GGUF file.
     pub fn from_gguf(file: Arc<GgufFile>) -> Result<Model, ModelError> {
-        let store = WeightStore::new(file);
-        let spec = crate::arch::build(store.file().metadata(), &store)?;
+        Model::from_gguf_with(file, &LoadOptions::default())
+    }
+
+    /// [`Model::from_gguf`] with explicit options.
+    pub fn from_gguf_with(file: Arc<GgufFile>, options: &LoadOptions) -> Result<Model, ModelError> {
+        check_options(options)?;
+        let store = WeightStore::gguf(file, *options);
+        let md = match store.gguf_file() {
+            Some(f) => Arc::clone(f),
+            None => unreachable!("a GGUF store has its file"),
+        };
+        let spec = crate::arch::build(md.metadata(), &store)?;
+        Ok(Model { store, spec })
+    }
+
+    /// Loads a Hugging Face model directory: `config.json` (architecture and
+    /// hyper-parameters) and `model.safetensors` or the shards of
+    /// `model.safetensors.index.json`. F32/F16/BF16 weights are used in place unless
+    /// `options.quantize` asks for a block type.
+    pub fn from_hf_dir(dir: impl AsRef<Path>, options: &LoadOptions) -> Result<Model, ModelError> {
+        check_options(options)?;
+        let dir = dir.as_ref();
+        let hf = crate::hf::read_config(dir)?;
+        let set = Arc::new(kiln_format::SafetensorsSet::open_dir(dir)?);
+        hf.check_tensors(&set)?;
+        let store = WeightStore::safetensors(set, hf.names, hf.extra, *options);
+        let spec = crate::arch::build(&hf.metadata, &store)?;
         Ok(Model { store, spec })
     }
 
@@ -86,22 +133,54 @@ impl Model {
         &self.spec.cfg
     }
 
-    /// The file the weights live in.
-    pub fn file(&self) -> &GgufFile {
-        self.store.file()
+    /// The GGUF file the weights live in, for a model loaded from GGUF.
+    pub fn gguf(&self) -> Option<&GgufFile> {
+        self.store.gguf_file().map(|f| f.as_ref())
     }
 
-    /// Bytes of weights mapped from the file.
+    /// Whether the weights come from GGUF or safetensors.
+    pub fn source_kind(&self) -> SourceKind {
+        self.store.kind()
+    }
+
+    /// Bytes of weights in the source files.
     pub fn weight_bytes(&self) -> u64 {
-        self.store.file().tensors().iter().map(|t| t.n_bytes).sum()
+        self.store.source_bytes()
+    }
+
+    /// What loading did beyond mapping tensors (quantization fallbacks), one line each.
+    pub fn load_notes(&self) -> Vec<String> {
+        self.store.notes()
     }
 }
 
-/// Per-sequence state: the KV cache, the position reached, and scratch buffers sized once.
+fn check_options(options: &LoadOptions) -> Result<(), ModelError> {
+    match options.quantize {
+        Some(t) if !crate::quantize::QUANTIZE_TYPES.contains(&t) => {
+            Err(ModelError::UnsupportedQuantization {
+                requested: t.name().to_string(),
+                supported: crate::quantize::QUANTIZE_TYPES
+                    .iter()
+                    .map(|t| t.name())
+                    .collect(),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A model's working state: a paged KV cache (`kiln-kv`) holding one or more sequences, the
+/// sequence being evaluated, and scratch buffers sized once.
+///
+/// A session starts with one empty sequence. [`Session::fork`] makes another that shares
+/// the current one's KV pages (copy-on-write), [`Session::select`] switches between them,
+/// and [`Session::reuse_prefix`] starts an empty sequence from cached pages of an earlier
+/// one with the same prompt prefix.
 pub struct Session {
     model: Arc<Model>,
     kv: KvCache,
-    pos: usize,
+    seq: SeqId,
+    n_ctx: usize,
     n_batch: usize,
     s: Scratch,
 }
@@ -117,17 +196,32 @@ struct Scratch {
     o: Vec<f32>,
     gate: Vec<f32>,
     up: Vec<f32>,
-    head_out: Vec<f32>,
-    attn_scratch: Vec<half::f16>,
+    attn: AttnScratch,
     rope: Vec<f32>,
     logits: Vec<f32>,
     mm: MatmulScratch,
 }
 
 impl Session {
-    /// A session that can hold `n_ctx` positions and evaluates up to `n_batch` tokens per
-    /// internal step (longer inputs are processed in chunks).
+    /// A session whose sequences hold up to `n_ctx` positions and that evaluates up to
+    /// `n_batch` tokens per internal step (longer inputs are processed in chunks), with the
+    /// default KV cache: f16 K and V, 16-token pages, room for one `n_ctx` sequence.
     pub fn new(model: Arc<Model>, n_ctx: usize, n_batch: usize) -> Session {
+        match Session::with_kv(model, n_ctx, n_batch, &KvOptions::default()) {
+            Ok(s) => s,
+            // f16 pages fit every head size and a validated model has no zero dimension.
+            Err(e) => unreachable!("the default KV cache cannot be refused: {e}"),
+        }
+    }
+
+    /// [`Session::new`] with explicit KV cache options. Refuses a cache that cannot hold
+    /// one sequence of `n_ctx` positions.
+    pub fn with_kv(
+        model: Arc<Model>,
+        n_ctx: usize,
+        n_batch: usize,
+        kv: &KvOptions,
+    ) -> Result<Session, ModelError> {
         let cfg = model.config();
         let n_batch = n_batch.max(1);
         let hv = cfg.n_head * cfg.head_dim_v;
@@ -141,40 +235,130 @@ impl Session {
             o: vec![0.0; n_batch * cfg.n_embd],
             gate: vec![0.0; n_batch * cfg.n_ff],
             up: vec![0.0; n_batch * cfg.n_ff],
-            head_out: vec![0.0; n_batch * hv],
-            attn_scratch: vec![half::f16::ZERO; cfg.n_head * (cfg.head_dim + cfg.head_dim_v)],
+            attn: AttnScratch::new(cfg, n_batch, kv.block_size, kv.k_type, kv.v_type),
             rope: vec![0.0; n_batch * cfg.n_rot],
             logits: vec![0.0; cfg.vocab_size],
             mm: MatmulScratch::default(),
         };
-        let kv = KvCache::new(cfg, n_ctx);
-        Session {
+        let n_blocks = kv.n_blocks(cfg, n_ctx);
+        let kv_cfg = kv.config(cfg, n_blocks);
+        let need = kv_cfg.blocks_for_tokens(n_ctx);
+        if n_blocks < need {
+            return Err(kiln_kv::KvError::OutOfMemory {
+                needed: need,
+                available: n_blocks,
+            }
+            .into());
+        }
+        let mut cache = KvCache::new(kv_cfg)?;
+        let seq = cache.create_sequence(n_ctx);
+        Ok(Session {
             model,
-            kv,
-            pos: 0,
+            kv: cache,
+            seq,
+            n_ctx,
             n_batch,
             s,
-        }
+        })
     }
 
-    /// Positions already evaluated.
+    /// Positions of the current sequence already evaluated.
     pub fn pos(&self) -> usize {
-        self.pos
+        self.kv.len(self.seq).unwrap_or(0)
     }
 
-    /// The context size.
+    /// The most positions a sequence may hold.
     pub fn n_ctx(&self) -> usize {
-        self.kv.n_ctx()
+        self.n_ctx
     }
 
-    /// Bytes held by the KV cache.
+    /// Bytes of the KV cache's pool.
     pub fn kv_bytes(&self) -> usize {
-        self.kv.bytes()
+        self.kv.config().bytes_total().unwrap_or(usize::MAX)
     }
 
-    /// Forgets all positions from `pos` on (e.g. to start over).
+    /// Forgets the current sequence's positions from `pos` on (e.g. to start over).
     pub fn truncate(&mut self, pos: usize) {
-        self.pos = self.pos.min(pos);
+        // The current sequence always exists (see `select`).
+        let _ = self.kv.truncate(self.seq, pos);
+    }
+
+    /// The KV cache (statistics, block tables).
+    pub fn kv(&self) -> &KvCache {
+        &self.kv
+    }
+
+    /// The sequence [`Session::forward`] evaluates.
+    pub fn sequence(&self) -> SeqId {
+        self.seq
+    }
+
+    /// Makes `seq` the current sequence.
+    pub fn select(&mut self, seq: SeqId) -> Result<(), ModelError> {
+        self.kv.len(seq)?;
+        self.seq = seq;
+        Ok(())
+    }
+
+    /// A new sequence sharing every position of the current one (its pages are shared until
+    /// one side writes). The current sequence stays current.
+    pub fn fork(&mut self) -> Result<SeqId, ModelError> {
+        Ok(self.kv.fork_sequence(self.seq)?)
+    }
+
+    /// A new, empty sequence (not selected).
+    pub fn new_sequence(&mut self) -> SeqId {
+        self.kv.create_sequence(self.n_ctx)
+    }
+
+    /// Frees a sequence that is not the current one; its cached pages stay findable by
+    /// [`Session::reuse_prefix`] until the space is needed.
+    pub fn free_sequence(&mut self, seq: SeqId) -> Result<(), ModelError> {
+        if seq == self.seq {
+            return Err(kiln_kv::KvError::InvalidPageAccess {
+                seq,
+                layer: 0,
+                pos: 0,
+                len: self.pos(),
+            }
+            .into());
+        }
+        Ok(self.kv.free_sequence(seq)?)
+    }
+
+    /// Starts the current (empty) sequence with the cached KV of the longest prefix of
+    /// `tokens` that an earlier sequence evaluated, in whole pages, leaving at least the last
+    /// token to evaluate. Returns how many tokens were reused: evaluate `tokens[n..]` next.
+    pub fn reuse_prefix(&mut self, tokens: &[u32]) -> Result<usize, ModelError> {
+        let max = tokens.len().saturating_sub(1).min(self.n_ctx);
+        Ok(self.kv.attach_prefix(self.seq, tokens, max)?.tokens)
+    }
+
+    /// Where the session's memory goes.
+    pub fn memory_plan(&self) -> MemoryPlan {
+        let c = self.kv.config();
+        let s = &self.s;
+        let floats = s.x.len()
+            + s.h.len()
+            + s.q.len()
+            + s.k.len()
+            + s.v.len()
+            + s.att.len()
+            + s.o.len()
+            + s.gate.len()
+            + s.up.len()
+            + s.rope.len()
+            + s.logits.len();
+        MemoryPlan {
+            weight_bytes: self.model.weight_bytes(),
+            k_type: c.k_type,
+            v_type: c.v_type,
+            kv_blocks: c.n_blocks,
+            kv_block_tokens: c.block_size,
+            kv_block_bytes: c.block_bytes(),
+            kv_bytes_per_token: c.bytes_per_token(),
+            scratch_bytes: 4 * floats + s.attn.bytes(),
+        }
     }
 
     /// The model this session runs.
@@ -186,11 +370,11 @@ impl Session {
     /// [`Logits::Last`], `tokens.len() × vocab` for [`Logits::All`].
     pub fn forward(&mut self, tokens: &[u32], mode: Logits) -> Result<&[f32], ModelError> {
         let cfg = self.model.config().clone();
-        let needed = self.pos + tokens.len();
-        if needed > self.kv.n_ctx() {
+        let needed = self.kv.len(self.seq)? + tokens.len();
+        if needed > self.n_ctx {
             return Err(ModelError::ContextOverflow {
                 needed,
-                n_ctx: self.kv.n_ctx(),
+                n_ctx: self.n_ctx,
             });
         }
         if let Some(&id) = tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
@@ -214,7 +398,12 @@ impl Session {
                 Logits::Last if last_chunk => Some(usize::MAX),
                 Logits::Last => None,
             };
-            self.forward_chunk(chunk, out_rows)?;
+            let pos0 = self.kv.len(self.seq)?;
+            if let Err(e) = self.forward_chunk(chunk, out_rows) {
+                // The chunk's positions were claimed; give them back.
+                self.kv.truncate(self.seq, pos0)?;
+                return Err(e);
+            }
             done += chunk.len();
         }
         Ok(match mode {
@@ -233,7 +422,7 @@ impl Session {
         let cfg = &spec.cfg;
         let s = &mut self.s;
         let n = tokens.len();
-        let pos0 = self.pos;
+        let pos0 = self.kv.append(self.seq, tokens)?.start;
         let d = cfg.n_embd;
         let (qd, kd, vd, hv) = (
             cfg.q_dim(),
@@ -242,13 +431,30 @@ impl Session {
             cfg.n_head * cfg.head_dim_v,
         );
 
-        // Embedding lookup.
+        // Embedding lookup (+ learned position).
         let embd = store.view(&spec.tok_embd)?;
+        let pos_embd = match &spec.pos_embd {
+            Some(w) => {
+                if pos0 + n > w.rows {
+                    return Err(ModelError::ContextOverflow {
+                        needed: pos0 + n,
+                        n_ctx: w.rows,
+                    });
+                }
+                Some(store.view(w)?)
+            }
+            None => None,
+        };
         for (t, &tok) in tokens.iter().enumerate() {
             let row = &mut s.x[t * d..(t + 1) * d];
             embd.dequantize_row(tok as usize, row);
             if let Some(scale) = spec.embed_scale {
                 row.iter_mut().for_each(|v| *v *= scale);
+            }
+            if let Some(pe) = &pos_embd {
+                let h = &mut s.h[..d];
+                pe.dequantize_row(pos0 + t, h);
+                add_inplace(row, h);
             }
         }
 
@@ -257,10 +463,10 @@ impl Session {
         for (il, layer) in spec.layers.iter().enumerate() {
             // Attention block.
             for t in 0..n {
-                rms_norm(
-                    &s.x[t * d..(t + 1) * d],
-                    &layer.attn_norm,
+                layer.attn_norm.apply(
+                    cfg.norm,
                     cfg.norm_eps,
+                    &s.x[t * d..(t + 1) * d],
                     &mut s.h[t * d..(t + 1) * d],
                 );
             }
@@ -291,120 +497,143 @@ impl Session {
             trace::tensor(&format!("Qcur_normed-{il}"), &s.q[..n * qd], n);
             trace::tensor(&format!("Kcur_normed-{il}"), &s.k[..n * kd], n);
             trace::tensor(&format!("Vcur-{il}"), &s.v[..n * vd], n);
-            if layer.rope_base != rope_base_of_table {
+            if cfg.n_rot > 0 && layer.rope_base != rope_base_of_table {
                 for t in 0..n {
-                    rope_table(
+                    rope_table_with_factors(
                         pos0 + t,
                         cfg.n_rot,
                         layer.rope_base,
                         cfg.rope_freq_scale,
+                        spec.rope_freqs.as_deref(),
                         &mut s.rope[t * cfg.n_rot..(t + 1) * cfg.n_rot],
                     );
                 }
                 rope_base_of_table = layer.rope_base;
             }
             for t in 0..n {
-                let table = &s.rope[t * cfg.n_rot..(t + 1) * cfg.n_rot];
-                rope_apply(
-                    &mut s.q[t * qd..(t + 1) * qd],
-                    cfg.head_dim,
-                    cfg.n_rot,
-                    cfg.rope_style,
-                    table,
-                );
-                rope_apply(
-                    &mut s.k[t * kd..(t + 1) * kd],
-                    cfg.head_dim,
-                    cfg.n_rot,
-                    cfg.rope_style,
-                    table,
-                );
-                self.kv.store(
-                    il,
-                    pos0 + t,
-                    &s.k[t * kd..(t + 1) * kd],
-                    &s.v[t * vd..(t + 1) * vd],
-                );
+                if cfg.n_rot > 0 {
+                    let table = &s.rope[t * cfg.n_rot..(t + 1) * cfg.n_rot];
+                    rope_apply(
+                        &mut s.q[t * qd..(t + 1) * qd],
+                        cfg.head_dim,
+                        cfg.n_rot,
+                        cfg.rope_style,
+                        table,
+                    );
+                    rope_apply(
+                        &mut s.k[t * kd..(t + 1) * kd],
+                        cfg.head_dim,
+                        cfg.n_rot,
+                        cfg.rope_style,
+                        table,
+                    );
+                }
             }
+            self.kv
+                .write_rows(self.seq, il, pos0, &s.k[..n * kd], &s.v[..n * vd])?;
             trace::tensor(&format!("Qcur-{il}"), &s.q[..n * qd], n);
             let shape = AttnShape {
                 pos0,
                 n_tokens: n,
                 window: layer.sliding_window,
             };
+            let view = self.kv.layer_view(self.seq, il)?;
             attention(
                 cfg,
                 &shape,
                 &s.q[..n * qd],
-                self.kv.keys(il),
-                self.kv.values(il),
-                &mut s.head_out,
-                &mut s.attn_scratch,
+                &view,
+                &mut s.attn,
                 &mut s.att[..n * hv],
-            );
+            )?;
             trace::tensor(&format!("kqv_out-{il}"), &s.att[..n * hv], n);
             s.mm.prepare(&s.att[..n * hv], n, hv);
             matmul_prepared(&store.view(&layer.wo)?, &mut s.mm, &mut s.o[..n * d]);
+            add_bias_rows(&mut s.o[..n * d], layer.bo.as_deref());
             if let Some(pn) = &layer.post_attn_norm {
                 for row in s.o[..n * d].chunks_exact_mut(d) {
                     rms_norm_inplace(row, pn, cfg.norm_eps);
                 }
             }
             trace::tensor(&format!("attn_post_norm-{il}"), &s.o[..n * d], n);
-            add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
-            trace::tensor(&format!("sa_out-{il}"), &s.x[..n * d], n);
+            if !cfg.parallel_residual {
+                add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
+                trace::tensor(&format!("sa_out-{il}"), &s.x[..n * d], n);
+            }
 
-            // Feed-forward block.
-            for t in 0..n {
-                rms_norm(
-                    &s.x[t * d..(t + 1) * d],
-                    &layer.ffn_norm,
-                    cfg.norm_eps,
-                    &mut s.h[t * d..(t + 1) * d],
-                );
+            // Feed-forward block: its input is in `s.h` (the attention norm's output for
+            // parallel blocks), its output goes to `s.h` (parallel) or `s.o`.
+            if let Some(norm) = &layer.ffn_norm {
+                for t in 0..n {
+                    norm.apply(
+                        cfg.norm,
+                        cfg.norm_eps,
+                        &s.x[t * d..(t + 1) * d],
+                        &mut s.h[t * d..(t + 1) * d],
+                    );
+                }
             }
             let ff = cfg.n_ff;
             s.mm.prepare(&s.h[..n * d], n, d);
-            matmul_prepared(
-                &store.view(&layer.w_gate)?,
-                &mut s.mm,
-                &mut s.gate[..n * ff],
-            );
             matmul_prepared(&store.view(&layer.w_up)?, &mut s.mm, &mut s.up[..n * ff]);
-            trace::tensor(&format!("ffn_gate-{il}"), &s.gate[..n * ff], n);
+            add_bias_rows(&mut s.up[..n * ff], layer.b_up.as_deref());
             trace::tensor(&format!("ffn_up-{il}"), &s.up[..n * ff], n);
-            gated_activation(&mut s.gate[..n * ff], &s.up[..n * ff], cfg.activation);
-            trace::tensor(&format!("ffn_act-{il}"), &s.gate[..n * ff], n);
-            s.mm.prepare(&s.gate[..n * ff], n, ff);
-            matmul_prepared(&store.view(&layer.w_down)?, &mut s.mm, &mut s.o[..n * d]);
+            let act = match &layer.w_gate {
+                Some(w_gate) => {
+                    matmul_prepared(&store.view(w_gate)?, &mut s.mm, &mut s.gate[..n * ff]);
+                    trace::tensor(&format!("ffn_gate-{il}"), &s.gate[..n * ff], n);
+                    gated_activation(&mut s.gate[..n * ff], &s.up[..n * ff], cfg.activation);
+                    &s.gate[..n * ff]
+                }
+                None => {
+                    activation_inplace(&mut s.up[..n * ff], cfg.activation);
+                    &s.up[..n * ff]
+                }
+            };
+            trace::tensor(&format!("ffn_act-{il}"), act, n);
+            s.mm.prepare(act, n, ff);
+            let out = if cfg.parallel_residual {
+                &mut s.h[..n * d]
+            } else {
+                &mut s.o[..n * d]
+            };
+            matmul_prepared(&store.view(&layer.w_down)?, &mut s.mm, out);
+            add_bias_rows(out, layer.b_down.as_deref());
             if let Some(pn) = &layer.post_ffn_norm {
-                for row in s.o[..n * d].chunks_exact_mut(d) {
+                for row in out.chunks_exact_mut(d) {
                     rms_norm_inplace(row, pn, cfg.norm_eps);
                 }
             }
-            trace::tensor(&format!("ffn_post_norm-{il}"), &s.o[..n * d], n);
+            trace::tensor(&format!("ffn_post_norm-{il}"), out, n);
+            if cfg.parallel_residual {
+                // (attention + ffn) + residual, in llama.cpp's order.
+                add_inplace(&mut s.o[..n * d], &s.h[..n * d]);
+            }
             add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
             trace::tensor(&format!("l_out-{il}"), &s.x[..n * d], n);
         }
-        self.pos += n;
+        // The chunk's pages are complete in every layer: make full ones findable.
+        self.kv.commit(self.seq)?;
 
         // Output head.
         let vocab = cfg.vocab_size;
         let output = store.view(&spec.output)?;
-        match out_rows {
-            None => {}
+        let rows = match out_rows {
+            None => return Ok(()),
             Some(usize::MAX) => {
                 let last = &s.x[(n - 1) * d..n * d];
-                rms_norm(last, &spec.output_norm, cfg.norm_eps, &mut s.h[..d]);
+                spec.output_norm
+                    .apply(cfg.norm, cfg.norm_eps, last, &mut s.h[..d]);
                 s.mm.prepare(&s.h[..d], 1, d);
                 matmul_prepared(&output, &mut s.mm, &mut s.logits[..vocab]);
+                0..vocab
             }
             Some(r) => {
                 for t in 0..n {
-                    rms_norm(
-                        &s.x[t * d..(t + 1) * d],
-                        &spec.output_norm,
+                    spec.output_norm.apply(
+                        cfg.norm,
                         cfg.norm_eps,
+                        &s.x[t * d..(t + 1) * d],
                         &mut s.h[t * d..(t + 1) * d],
                     );
                 }
@@ -414,8 +643,23 @@ impl Session {
                     &mut s.mm,
                     &mut s.logits[r * vocab..(r + n) * vocab],
                 );
+                r * vocab..(r + n) * vocab
             }
+        };
+        let logits = &mut s.logits[rows];
+        add_bias_rows(logits, spec.output_bias.as_deref());
+        if let Some(cap) = cfg.final_logit_softcap {
+            softcap_inplace(logits, cap);
         }
         Ok(())
+    }
+}
+
+/// Adds `bias` to every row of `x` (rows of `bias.len()`), if there is a bias.
+fn add_bias_rows(x: &mut [f32], bias: Option<&[f32]>) {
+    if let Some(b) = bias {
+        for row in x.chunks_exact_mut(b.len()) {
+            add_inplace(row, b);
+        }
     }
 }

@@ -94,6 +94,18 @@ pub fn gated_activation(gate: &mut [f32], up: &[f32], act: crate::config::Activa
     }
 }
 
+/// `x = act(x)`, the activation of a plain (ungated) feed-forward block (phi-2, GPT-2).
+pub fn activation_inplace(x: &mut [f32], act: crate::config::Activation) {
+    use crate::config::Activation;
+    match act {
+        Activation::Silu => x.iter_mut().for_each(|v| *v = silu(*v)),
+        Activation::GeluTanh => {
+            let table = gelu_f16_table();
+            x.iter_mut().for_each(|v| *v = gelu_ggml(*v, table));
+        }
+    }
+}
+
 /// Numerically stable softmax in place.
 pub fn softmax_inplace(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);

@@ -31,12 +31,17 @@
 //! | dot, dotr4 (GEMV), dot4 (GEMM) of every weight type | ✓ | ✓ (K-quant and float `dotr4`/float `dot4`: repeated single dots) |
 //!
 //! AVX-512/VNNI and NEON tables come later; until then `KILN_ISA=avx512|neon` is an error.
+//!
+//! The attention kernels over paged K/V (scores, value accumulation, K/V row storage) are in
+//! [`attn`], with their own coverage table.
 
+pub mod attn;
 pub mod blocks;
 mod error;
 mod isa;
 mod kernels;
 mod matmul;
+pub mod pool;
 mod types;
 
 mod arch;

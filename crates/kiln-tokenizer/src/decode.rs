@@ -4,6 +4,48 @@
 use crate::unicode::char_to_byte;
 use crate::{Tokenizer, VocabKind, attr};
 
+/// What becomes of the leading space of a decoded text's first piece.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FirstPiece {
+    /// llama.cpp: with `add_space_prefix`, the first id's piece loses one leading space.
+    Llama,
+    /// Nothing is dropped.
+    Keep,
+    /// `tokenizers`' `Strip(' ', 1, 0)` after `Fuse`: the text's first character, if a
+    /// space, is dropped (control tokens, skipped, do not count).
+    StripSpace,
+    /// `tokenizers`' `Metaspace` decoder: the first rendered token loses its markers.
+    DropMarkers,
+}
+
+/// Appends the decoded piece of `id` (`special = false`) to `out`; `first` says the
+/// first-piece rule still applies and is cleared once it has.
+pub(crate) fn push_piece(tok: &Tokenizer, id: u32, first: &mut bool, out: &mut Vec<u8>) {
+    match tok.first_piece {
+        FirstPiece::Llama => {
+            let lstrip = *first && tok.add_space_prefix;
+            *first = false;
+            out.extend_from_slice(piece(tok, id, lstrip, false));
+        }
+        FirstPiece::Keep => out.extend_from_slice(piece(tok, id, false, false)),
+        FirstPiece::StripSpace | FirstPiece::DropMarkers => {
+            let p = piece(tok, id, false, false);
+            if !*first || p.is_empty() {
+                out.extend_from_slice(p);
+                return;
+            }
+            *first = false;
+            if tok.first_piece == FirstPiece::StripSpace {
+                out.extend_from_slice(p.strip_prefix(b" ").unwrap_or(p));
+            } else if tok.attr(id) & attr::NORMAL != 0 {
+                out.extend(p.iter().copied().filter(|&b| b != b' '));
+            } else {
+                out.extend_from_slice(p);
+            }
+        }
+    }
+}
+
 /// `token_to_piece(id, lstrip, special)` over the piece cache.
 pub(crate) fn piece(tok: &Tokenizer, id: u32, lstrip: bool, special: bool) -> &[u8] {
     if !special && tok.attr(id) & (attr::CONTROL | attr::UNKNOWN) != 0 {
@@ -152,7 +194,7 @@ fn clean_up_spaces(t: &mut Vec<u8>) {
 pub struct StreamDecoder<'t> {
     tok: &'t Tokenizer,
     pending: Vec<u8>,
-    /// The next id is the first (for the SentencePiece leading-space rule).
+    /// The first-piece rule (SentencePiece's leading space) still applies.
     first: bool,
     strip_first: bool,
 }
@@ -164,7 +206,7 @@ impl<'t> StreamDecoder<'t> {
             tok,
             pending: Vec::new(),
             first: true,
-            strip_first: tok.add_space_prefix,
+            strip_first: true,
         }
     }
 
@@ -172,6 +214,7 @@ impl<'t> StreamDecoder<'t> {
     /// no leading space is ever dropped, as in llama-server's streamed content.
     pub fn continuing(tok: &'t Tokenizer) -> StreamDecoder<'t> {
         StreamDecoder {
+            first: false,
             strip_first: false,
             ..StreamDecoder::new(tok)
         }
@@ -179,10 +222,7 @@ impl<'t> StreamDecoder<'t> {
 
     /// Adds one id; returns the text it completes (possibly empty).
     pub fn push(&mut self, id: u32) -> String {
-        let lstrip = self.first && self.strip_first;
-        self.first = false;
-        self.pending
-            .extend_from_slice(piece(self.tok, id, lstrip, false));
+        push_piece(self.tok, id, &mut self.first, &mut self.pending);
         let mut out = String::new();
         let mut rest: &[u8] = &self.pending;
         loop {
@@ -218,7 +258,7 @@ impl<'t> StreamDecoder<'t> {
     pub fn finish(&mut self) -> String {
         let out = String::from_utf8_lossy(&self.pending).into_owned();
         self.pending.clear();
-        self.first = true;
+        self.first = self.strip_first;
         out
     }
 }

@@ -67,4 +67,27 @@ pub enum TokenizerError {
         "no byte-fallback token for byte 0x{byte:02X} (neither '<0x{byte:02X}>' nor the raw byte)"
     )]
     MissingByteToken { byte: u8 },
+
+    /// A tokenizer.json (or a config file beside it) that does not have the expected shape.
+    #[error("bad tokenizer file: {what} must be {reason}")]
+    BadTokenizerJson { what: String, reason: String },
+
+    /// A tokenizer.json component Kiln does not implement.
+    #[error("unsupported tokenizer.json {component}: {found}; supported: {supported}")]
+    UnsupportedTokenizerJson {
+        component: &'static str,
+        found: String,
+        supported: &'static str,
+    },
+
+    /// A merge rule naming a piece that is not in the vocabulary.
+    #[error("tokenizer.json merge {index} uses {token:?}, which is not in the vocabulary")]
+    MergeOutOfVocabulary { index: usize, token: String },
+
+    /// A tokenizer file could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
 }

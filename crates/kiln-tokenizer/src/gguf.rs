@@ -68,5 +68,6 @@ pub(crate) fn build(md: &Metadata) -> Result<Tokenizer, TokenizerError> {
         add_bos: md.opt_bool("tokenizer.ggml.add_bos_token")?,
         add_eos: md.opt_bool("tokenizer.ggml.add_eos_token")?,
         add_space_prefix: md.opt_bool("tokenizer.ggml.add_space_prefix")?,
+        hf_kind: None,
     })
 }

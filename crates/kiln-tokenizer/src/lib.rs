@@ -23,9 +23,12 @@
 //! ```
 
 mod bpe;
+#[cfg(feature = "chat")]
+pub mod chat;
 mod decode;
 mod error;
 mod gguf;
+mod hf;
 mod index;
 mod known_tokens;
 mod load;
@@ -37,7 +40,10 @@ mod unicode_data;
 
 pub use decode::StreamDecoder;
 pub use error::TokenizerError;
+pub use hf::HfTokenizerConfig;
 pub use pretok::PreTokenizer;
+
+use std::path::Path;
 
 use bpe::Bpe;
 use index::{StrIndex, Strings};
@@ -142,6 +148,10 @@ pub struct Tokenizer {
     /// SentencePiece byte fallback: the token for each byte.
     pub(crate) byte_tokens: Box<[Option<u32>; 256]>,
     pub(crate) warnings: Vec<String>,
+    /// The leading-space rule of decoding.
+    pub(crate) first_piece: decode::FirstPiece,
+    /// The encoding pipeline of a tokenizer.json (GGUF vocabularies have none).
+    pub(crate) hf: Option<Box<hf::Encoder>>,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -170,6 +180,37 @@ impl Tokenizer {
         load::build(load::SpecRef::of(&spec))
     }
 
+    /// Reads a Hugging Face `tokenizer.json` (its bytes), encoding as the `tokenizers`
+    /// library does. Without the directory's config files the BOS token is the one the
+    /// post-processor adds, and the end-of-generation set is found by token text (see
+    /// [`Tokenizer::from_hf_dir`] for the full picture).
+    pub fn from_tokenizer_json(json: &[u8]) -> Result<Tokenizer, TokenizerError> {
+        hf::from_json(json, &HfTokenizerConfig::default())
+    }
+
+    /// [`Tokenizer::from_tokenizer_json`] with the special tokens of the config files.
+    pub fn from_tokenizer_json_with(
+        json: &[u8],
+        config: &HfTokenizerConfig,
+    ) -> Result<Tokenizer, TokenizerError> {
+        hf::from_json(json, config)
+    }
+
+    /// Reads a `tokenizer.json` file.
+    pub fn from_tokenizer_json_file(path: &Path) -> Result<Tokenizer, TokenizerError> {
+        let bytes = read_tokenizer_json(path)?;
+        hf::from_json(&bytes, &HfTokenizerConfig::default())
+    }
+
+    /// A Hugging Face model directory: `tokenizer.json`, with the special tokens of
+    /// `tokenizer_config.json` (or `special_tokens_map.json`) and the end-of-sequence ids
+    /// of `generation_config.json` / `config.json` added to the end-of-generation set.
+    pub fn from_hf_dir(dir: &Path) -> Result<Tokenizer, TokenizerError> {
+        let config = HfTokenizerConfig::from_dir(dir)?;
+        let bytes = read_tokenizer_json(&dir.join("tokenizer.json"))?;
+        hf::from_json(&bytes, &config)
+    }
+
     /// `llama_tokenize(text, add_special, parse_special)`: adds BOS/EOS when
     /// `add_special` and the vocabulary asks for them; matches special tokens written in
     /// the text when `parse_special` (user-defined tokens are always matched).
@@ -179,6 +220,9 @@ impl Tokenizer {
         add_special: bool,
         parse_special: bool,
     ) -> Result<Vec<u32>, TokenizerError> {
+        if let Some(hf) = &self.hf {
+            return Ok(hf.encode(self, text, add_special, parse_special));
+        }
         let fragments = self.specials.partition(self, text, parse_special);
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
         if add_special && self.add_bos {
@@ -252,10 +296,15 @@ impl Tokenizer {
     /// vocabularies use): control tokens render as nothing, and a SentencePiece
     /// vocabulary with `add_space_prefix` drops the first token's leading space. Bytes
     /// that do not form UTF-8 become U+FFFD, only here at the end.
+    ///
+    /// A tokenizer.json vocabulary decodes as its decoder does with
+    /// `skip_special_tokens`: special tokens render as nothing, and the first leading
+    /// space the decoder strips is that of the first rendered token.
     pub fn decode(&self, ids: &[u32]) -> String {
         let mut bytes = Vec::new();
-        for (i, &id) in ids.iter().enumerate() {
-            bytes.extend_from_slice(self.piece_for_decode(id, i == 0));
+        let mut first = true;
+        for &id in ids {
+            decode::push_piece(self, id, &mut first, &mut bytes);
         }
         String::from_utf8_lossy(&bytes).into_owned()
     }
@@ -354,13 +403,14 @@ impl Tokenizer {
     pub(crate) fn attr(&self, id: u32) -> u16 {
         self.attrs.get(id as usize).copied().unwrap_or(0)
     }
+}
 
-    /// The piece `decode` emits for `id`: nothing for control/unknown tokens
-    /// (`special = false`), and without its leading space for the first token of a
-    /// SentencePiece vocabulary with `add_space_prefix`.
-    pub(crate) fn piece_for_decode(&self, id: u32, first: bool) -> &[u8] {
-        decode::piece(self, id, first && self.add_space_prefix, false)
-    }
+/// Reads a tokenizer.json file, bounded in size.
+fn read_tokenizer_json(path: &Path) -> Result<Vec<u8>, TokenizerError> {
+    hf::config::read_bounded(path, 512 << 20).map_err(|source| TokenizerError::Io {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 // The tokenizer is shared by reference between threads (server workers, the CLI).

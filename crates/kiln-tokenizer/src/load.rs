@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 
 use crate::bpe::Bpe;
-use crate::decode::render;
+use crate::decode::{FirstPiece, render};
 use crate::index::{StrIndex, Strings};
 use crate::known_tokens::{
     EOG_TEXTS, EOM_TEXTS, EOT_TEXTS, FIM_MID_TEXTS, FIM_PAD_TEXTS, FIM_PRE_TEXTS, FIM_REP_TEXTS,
@@ -30,6 +30,10 @@ pub(crate) struct SpecRef<'a> {
     pub(crate) add_bos: Option<bool>,
     pub(crate) add_eos: Option<bool>,
     pub(crate) add_space_prefix: Option<bool>,
+    /// Set for a tokenizer.json: the family is given, llama.cpp's model-type defaults
+    /// (BOS/EOS/UNK ids, BOS added, space prefix) do not apply, and no llama.cpp BPE is
+    /// built (the tokenizer.json pipeline encodes).
+    pub(crate) hf_kind: Option<VocabKind>,
 }
 
 impl<'a> SpecRef<'a> {
@@ -60,6 +64,7 @@ impl<'a> SpecRef<'a> {
             add_bos: spec.add_bos,
             add_eos: spec.add_eos,
             add_space_prefix: spec.add_space_prefix,
+            hf_kind: None,
         }
     }
 }
@@ -91,40 +96,44 @@ pub(crate) fn build(spec: SpecRef<'_>) -> Result<Tokenizer, TokenizerError> {
     })?;
 
     // Model type and its defaults.
-    let (kind, pre, mut ids) = match spec.model {
-        "llama" => (
-            VocabKind::Spm,
-            None,
-            SpecialIds {
-                bos: Some(1),
-                eos: Some(2),
-                unk: Some(0),
-                ..SpecialIds::default()
-            },
-        ),
-        "gpt2" => {
-            if spec.pre.is_none() {
-                warnings.push("missing pre-tokenizer type, using 'default'".to_owned());
-            }
-            let pre = PreConfig::from_name(spec.pre)?;
-            (
-                VocabKind::Bpe(pre.kind),
-                Some(pre),
+    let (kind, pre, mut ids) = match (spec.hf_kind, spec.model) {
+        (Some(kind), _) => (kind, None, SpecialIds::default()),
+        (None, model) => match model {
+            "llama" => (
+                VocabKind::Spm,
+                None,
                 SpecialIds {
-                    bos: Some(11),
-                    eos: Some(11),
+                    bos: Some(1),
+                    eos: Some(2),
+                    unk: Some(0),
                     ..SpecialIds::default()
                 },
-            )
-        }
-        other => {
-            return Err(TokenizerError::UnsupportedModel {
-                model: other.to_owned(),
-                supported: SUPPORTED_MODELS.to_owned(),
-            });
-        }
+            ),
+            "gpt2" => {
+                if spec.pre.is_none() {
+                    warnings.push("missing pre-tokenizer type, using 'default'".to_owned());
+                }
+                let pre = PreConfig::from_name(spec.pre)?;
+                (
+                    VocabKind::Bpe(pre.kind),
+                    Some(pre),
+                    SpecialIds {
+                        bos: Some(11),
+                        eos: Some(11),
+                        ..SpecialIds::default()
+                    },
+                )
+            }
+            other => {
+                return Err(TokenizerError::UnsupportedModel {
+                    model: other.to_owned(),
+                    supported: SUPPORTED_MODELS.to_owned(),
+                });
+            }
+        },
     };
     let (mut add_bos, mut add_eos, mut add_space_prefix, clean_spaces) = match pre {
+        _ if spec.hf_kind.is_some() => (false, false, false, false),
         Some(p) => (p.add_bos, false, false, p.clean_spaces),
         None => (true, false, true, false),
     };
@@ -385,5 +394,7 @@ pub(crate) fn build(spec: SpecRef<'_>) -> Result<Tokenizer, TokenizerError> {
         eog,
         byte_tokens,
         warnings,
+        first_piece: FirstPiece::Llama,
+        hf: None,
     })
 }

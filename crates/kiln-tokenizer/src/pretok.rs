@@ -150,6 +150,41 @@ pub(crate) fn split(kind: PreTokenizer, chars: &Chars) -> Vec<usize> {
     })
 }
 
+/// One of the pre-tokenizer regexes on its own, as a tokenizer.json `Split` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Regex {
+    /// GPT-2's regex (also what `ByteLevel` with `use_regex` runs).
+    Gpt2,
+    /// Llama 3's regex (`\p{N}{1,3}`).
+    Llama3,
+    /// Qwen 2's regex (single digits).
+    Qwen2,
+}
+
+/// The matches of `re` in `text`, as byte ranges; together they cover the whole text.
+pub(crate) fn regex_matches(re: Regex, text: &str) -> Vec<std::ops::Range<usize>> {
+    let chars = Chars::new(text);
+    let span = Span {
+        c: &chars,
+        start: 0,
+        end: chars.chars.len(),
+    };
+    let mut ends = Vec::new();
+    match re {
+        Regex::Gpt2 => gpt2(&span, &mut ends),
+        Regex::Llama3 => llama3(&span, &mut ends),
+        Regex::Qwen2 => qwen2(&span, &mut ends),
+    }
+    let mut start = 0;
+    ends.into_iter()
+        .map(|end| {
+            let r = chars.byte(start)..chars.byte(end);
+            start = end;
+            r
+        })
+        .collect()
+}
+
 type Stage = fn(&Span<'_>, &mut Vec<usize>);
 
 /// One piece left by the previous stage; positions outside it have no class.

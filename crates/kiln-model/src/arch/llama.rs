@@ -1,32 +1,35 @@
-//! `llama`: Llama 1/2/3, Mistral, TinyLlama, SmolLM. RMSNorm, SwiGLU, GQA, RoPE on
-//! adjacent pairs (the GGUF converter permuted Q/K for it).
+//! `llama`: Llama 1/2/3, Mistral, TinyLlama, SmolLM. RMSNorm, SwiGLU, GQA, optional
+//! attention biases, Llama 3 RoPE frequency factors (`rope_freqs`), and a sliding window on
+//! every layer when the metadata has one (Mistral checkpoints).
+//!
+//! RoPE pairing depends on the source: GGUF converters permute the Q/K rows so that
+//! adjacent pairs `(x[2i], x[2i+1])` rotate together; Hugging Face checkpoints keep the
+//! original rotate-half layout. Rather than permuting weights on load (a copy), Kiln runs
+//! GGUF llama files with [`RopeStyle::Normal`] and checkpoints with [`RopeStyle::Neox`] —
+//! the same arithmetic on the same values, pairs gathered differently.
 
 use kiln_format::Metadata;
 
-use super::{BlockTensors, bind_head, bind_layer};
+use super::{BlockTensors, bind_head, bind_layers, spec};
 use crate::ModelError;
-use crate::config::{Activation, RopeStyle, common_config};
+use crate::config::{Activation, RopeStyle, arch_opt_usize, common_config};
 use crate::model::ModelSpec;
-use crate::weights::WeightStore;
+use crate::weights::{SourceKind, WeightStore};
 
 pub(crate) fn build(md: &Metadata, store: &WeightStore) -> Result<ModelSpec, ModelError> {
-    let cfg = common_config(md, "llama", RopeStyle::Normal, Activation::Silu)?;
-    cfg.validate()?;
-    let opts = BlockTensors {
-        qkv_bias: false,
-        qk_norm: false,
-        post_norms: false,
+    let style = match store.kind() {
+        SourceKind::Gguf => RopeStyle::Normal,
+        SourceKind::Safetensors => RopeStyle::Neox,
     };
-    let layers = (0..cfg.n_layer)
-        .map(|il| bind_layer(store, &cfg, il, &opts))
-        .collect::<Result<_, _>>()?;
-    let (tok_embd, output_norm, output) = bind_head(store, &cfg)?;
-    Ok(ModelSpec {
-        cfg,
-        tok_embd,
-        output_norm,
-        output,
-        layers,
-        embed_scale: None,
-    })
+    let cfg = common_config(md, "llama", style, Activation::Silu)?;
+    cfg.validate()?;
+    let mut layers = bind_layers(store, &cfg, &BlockTensors::LLAMA)?;
+    if let Some(w) = arch_opt_usize(md, "llama", "attention.sliding_window")? {
+        layers.iter_mut().for_each(|l| l.sliding_window = Some(w));
+    }
+    let head = bind_head(store, &cfg, false, false)?;
+    let rope_freqs = store.opt_vector("rope_freqs.weight", cfg.n_rot / 2)?;
+    let mut s = spec(cfg, head, layers);
+    s.rope_freqs = rope_freqs;
+    Ok(s)
 }

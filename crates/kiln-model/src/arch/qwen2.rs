@@ -2,7 +2,7 @@
 
 use kiln_format::Metadata;
 
-use super::{BlockTensors, bind_head, bind_layer};
+use super::{BlockTensors, Want, bind_head, bind_layers, spec};
 use crate::ModelError;
 use crate::config::{Activation, RopeStyle, common_config};
 use crate::model::ModelSpec;
@@ -12,20 +12,11 @@ pub(crate) fn build(md: &Metadata, store: &WeightStore) -> Result<ModelSpec, Mod
     let cfg = common_config(md, "qwen2", RopeStyle::Neox, Activation::Silu)?;
     cfg.validate()?;
     let opts = BlockTensors {
-        qkv_bias: true,
-        qk_norm: false,
-        post_norms: false,
+        qkv_bias: Want::Yes,
+        out_bias: Want::No,
+        ..BlockTensors::LLAMA
     };
-    let layers = (0..cfg.n_layer)
-        .map(|il| bind_layer(store, &cfg, il, &opts))
-        .collect::<Result<_, _>>()?;
-    let (tok_embd, output_norm, output) = bind_head(store, &cfg)?;
-    Ok(ModelSpec {
-        cfg,
-        tok_embd,
-        output_norm,
-        output,
-        layers,
-        embed_scale: None,
-    })
+    let layers = bind_layers(store, &cfg, &opts)?;
+    let head = bind_head(store, &cfg, false, false)?;
+    Ok(spec(cfg, head, layers))
 }

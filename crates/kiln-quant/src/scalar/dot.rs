@@ -1,170 +1,229 @@
-//! Dot products of a weight row with an activation row of its `vec_dot_type`: the readable
-//! oracle, in the shape of ggml's `ggml_vec_dot_*_generic`. Integer parts are exact; the
-//! float accumulation order differs from the SIMD kernels, which tests allow for.
+//! Dot products of a weight row with an activation row of its `vec_dot_type`, written out
+//! in the canonical order (see [`super::lanes`]): the oracle every SIMD kernel must equal
+//! bit for bit.
 
+use super::lanes::{add8, arr32, fma, fma8, hsum4, hsum8, quads_ss, quads_us, quads_us_scaled};
 use crate::blocks::{
-    BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ6K, BlockQ8_0, BlockQ8_1, BlockQ8K, QK, QK_K,
+    BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ6K, BlockQ8_0, BlockQ8_1, BlockQ8K, QK_K,
     as_blocks, bf16_to_f32, q4k_scales_mins,
 };
 use half::f16;
 
-fn f32s(b: &[u8]) -> impl Iterator<Item = f32> + '_ {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+fn f32_at(b: &[u8], i: usize) -> f32 {
+    f32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]])
 }
 
-fn u16s(b: &[u8]) -> impl Iterator<Item = u16> + '_ {
-    b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]))
+fn f16_at(b: &[u8], i: usize) -> f32 {
+    f16::from_bits(u16::from_le_bytes([b[2 * i], b[2 * i + 1]])).to_f32()
 }
 
-/// Products in `f32`, summed in `f64` (ggml's `ggml_float`).
+fn bf16_at(b: &[u8], i: usize) -> f32 {
+    bf16_to_f32(u16::from_le_bytes([b[2 * i], b[2 * i + 1]]))
+}
+
+/// The float dot products (ggml's `ggml_vec_dot_f32/f16/bf16` AVX2 paths): 32 elements per
+/// step into four 8-lane FMA accumulators (`s[j]` takes elements `8j .. 8j + 8` of each
+/// step), reduced by `reduce`, then the tail (fewer than 32 elements) added one product at
+/// a time in `f64`.
+fn dot_float(n: usize, at: impl Fn(usize) -> (f32, f32), reduce: fn(&[[f32; 8]; 4]) -> f32) -> f32 {
+    let np = n & !31;
+    let mut s = [[0.0f32; 8]; 4];
+    for i in (0..np).step_by(32) {
+        for (j, sj) in s.iter_mut().enumerate() {
+            for (l, v) in sj.iter_mut().enumerate() {
+                let (x, y) = at(i + 8 * j + l);
+                *v = fma(x, y, *v);
+            }
+        }
+    }
+    let mut sum = reduce(&s) as f64;
+    for i in np..n {
+        let (x, y) = at(i);
+        sum += (x * y) as f64;
+    }
+    sum as f32
+}
+
+/// ggml's `GGML_F32x8_REDUCE`: `(s0 + s2) + (s1 + s3)` lane-wise, the 128-bit halves added,
+/// then two horizontal pair additions.
+fn reduce_f32x8(s: &[[f32; 8]; 4]) -> f32 {
+    let v: [f32; 8] = std::array::from_fn(|l| (s[0][l] + s[2][l]) + (s[1][l] + s[3][l]));
+    let t: [f32; 4] = std::array::from_fn(|l| v[l] + v[l + 4]);
+    (t[0] + t[1]) + (t[2] + t[3])
+}
+
+/// The bf16 reduction: `(c0 + c2) + (c1 + c3)`, then [`hsum8`].
+fn reduce_bf16(s: &[[f32; 8]; 4]) -> f32 {
+    let v: [f32; 8] = std::array::from_fn(|l| (s[0][l] + s[2][l]) + (s[1][l] + s[3][l]));
+    hsum8(&v)
+}
+
 pub(crate) fn dot_f32(w: &[u8], a: &[u8]) -> f32 {
     assert_eq!(w.len(), a.len());
-    f32s(w)
-        .zip(f32s(a))
-        .map(|(x, y)| (x * y) as f64)
-        .sum::<f64>() as f32
+    dot_float(w.len() / 4, |i| (f32_at(w, i), f32_at(a, i)), reduce_f32x8)
 }
 
 pub(crate) fn dot_f16(w: &[u8], a: &[u8]) -> f32 {
     assert_eq!(w.len(), a.len());
-    let h = |b| f16::from_bits(b).to_f32();
-    u16s(w)
-        .zip(u16s(a))
-        .map(|(x, y)| (h(x) * h(y)) as f64)
-        .sum::<f64>() as f32
+    dot_float(w.len() / 2, |i| (f16_at(w, i), f16_at(a, i)), reduce_f32x8)
 }
 
 pub(crate) fn dot_bf16(w: &[u8], a: &[u8]) -> f32 {
     assert_eq!(w.len(), a.len());
-    u16s(w)
-        .zip(u16s(a))
-        .map(|(x, y)| (bf16_to_f32(x) * bf16_to_f32(y)) as f64)
-        .sum::<f64>() as f32
+    dot_float(w.len() / 2, |i| (bf16_at(w, i), bf16_at(a, i)), reduce_bf16)
+}
+
+/// Signed 32-value weight blocks × Q8_0: per block the 8 quad sums of the products, then
+/// `fma(f16(dx) * f16(dy), q, acc)`.
+fn dot_signed_q8_0<B>(w: &[B], a: &[BlockQ8_0], unpack: impl Fn(&B) -> ([i8; 32], f32)) -> f32 {
+    assert_eq!(w.len(), a.len());
+    let mut acc = [0.0f32; 8];
+    for (x, y) in w.iter().zip(a) {
+        let (qx, dx) = unpack(x);
+        fma8(&mut acc, dx * y.d.to_f32(), &quads_ss(&qx, &y.qs));
+    }
+    hsum8(&acc)
+}
+
+/// The 32 values of a nibble block: element `j` is the low nibble of `qs[j]`, element
+/// `j + 16` the high one.
+fn nibbles(qs: &[u8; 16]) -> [u8; 32] {
+    std::array::from_fn(|i| {
+        if i < 16 {
+            qs[i] & 0x0F
+        } else {
+            qs[i - 16] >> 4
+        }
+    })
+}
+
+/// Bit `j` of the little-endian `qh`, for element `j`.
+fn high_bit(qh: &[u8; 4], j: usize) -> bool {
+    (u32::from_le_bytes(*qh) >> j) & 1 != 0
 }
 
 pub(crate) fn dot_q4_0(w: &[u8], a: &[u8]) -> f32 {
-    let (w, a): (&[BlockQ4_0], &[BlockQ8_0]) = (as_blocks(w), as_blocks(a));
-    assert_eq!(w.len(), a.len());
-    let mut sum = 0.0f32;
-    for (x, y) in w.iter().zip(a) {
-        let mut sumi = 0i32;
-        for j in 0..QK / 2 {
-            let v0 = (x.qs[j] & 0x0F) as i32 - 8;
-            let v1 = (x.qs[j] >> 4) as i32 - 8;
-            sumi += v0 * y.qs[j] as i32 + v1 * y.qs[j + QK / 2] as i32;
-        }
-        sum += sumi as f32 * (x.d.to_f32() * y.d.to_f32());
-    }
-    sum
-}
-
-pub(crate) fn dot_q4_1(w: &[u8], a: &[u8]) -> f32 {
-    let (w, a): (&[BlockQ4_1], &[BlockQ8_1]) = (as_blocks(w), as_blocks(a));
-    assert_eq!(w.len(), a.len());
-    let mut sum = 0.0f32;
-    for (x, y) in w.iter().zip(a) {
-        let mut sumi = 0i32;
-        for j in 0..QK / 2 {
-            let v0 = (x.qs[j] & 0x0F) as i32;
-            let v1 = (x.qs[j] >> 4) as i32;
-            sumi += v0 * y.qs[j] as i32 + v1 * y.qs[j + QK / 2] as i32;
-        }
-        // x = d_x q_x + m_x, y ≈ d_y q_y: sum x y = d_x d_y sum q_x q_y + m_x (d_y sum q_y).
-        sum += (x.d.to_f32() * y.d.to_f32()) * sumi as f32 + x.m.to_f32() * y.s.to_f32();
-    }
-    sum
+    dot_signed_q8_0::<BlockQ4_0>(as_blocks(w), as_blocks(a), |x| {
+        (nibbles(&x.qs).map(|v| v as i8 - 8), x.d.to_f32())
+    })
 }
 
 pub(crate) fn dot_q5_0(w: &[u8], a: &[u8]) -> f32 {
-    let (w, a): (&[BlockQ5_0], &[BlockQ8_0]) = (as_blocks(w), as_blocks(a));
-    assert_eq!(w.len(), a.len());
-    let mut sum = 0.0f32;
-    for (x, y) in w.iter().zip(a) {
-        let qh = u32::from_le_bytes(x.qh);
-        let mut sumi = 0i32;
-        for j in 0..QK / 2 {
-            let h0 = ((qh >> j) << 4) & 0x10;
-            let h1 = (qh >> (j + 12)) & 0x10;
-            let v0 = ((x.qs[j] & 0x0F) as u32 | h0) as i32 - 16;
-            let v1 = ((x.qs[j] >> 4) as u32 | h1) as i32 - 16;
-            sumi += v0 * y.qs[j] as i32 + v1 * y.qs[j + QK / 2] as i32;
-        }
-        sum += (x.d.to_f32() * y.d.to_f32()) * sumi as f32;
-    }
-    sum
+    dot_signed_q8_0::<BlockQ5_0>(as_blocks(w), as_blocks(a), |x| {
+        let lo = nibbles(&x.qs);
+        let q =
+            std::array::from_fn(|j| (lo[j] | if high_bit(&x.qh, j) { 16 } else { 0 }) as i8 - 16);
+        (q, x.d.to_f32())
+    })
 }
 
 pub(crate) fn dot_q8_0(w: &[u8], a: &[u8]) -> f32 {
-    let (w, a): (&[BlockQ8_0], &[BlockQ8_0]) = (as_blocks(w), as_blocks(a));
-    assert_eq!(w.len(), a.len());
-    let mut sum = 0.0f32;
-    for (x, y) in w.iter().zip(a) {
-        let sumi: i32 =
-            x.qs.iter()
-                .zip(&y.qs)
-                .map(|(&p, &q)| p as i32 * q as i32)
-                .sum();
-        sum += sumi as f32 * (x.d.to_f32() * y.d.to_f32());
-    }
-    sum
+    dot_signed_q8_0::<BlockQ8_0>(as_blocks(w), as_blocks(a), |x| (x.qs, x.d.to_f32()))
 }
 
+/// Q4_1 × Q8_1: `fma(dx * dy, q, acc)` on the unsigned nibbles, and the offsets in a scalar
+/// chain `summs = fma(m, s, summs)`; the result is `hsum8(acc) + summs`.
+pub(crate) fn dot_q4_1(w: &[u8], a: &[u8]) -> f32 {
+    let (w, a): (&[BlockQ4_1], &[BlockQ8_1]) = (as_blocks(w), as_blocks(a));
+    assert_eq!(w.len(), a.len());
+    let mut acc = [0.0f32; 8];
+    let mut summs = 0.0f32;
+    for (x, y) in w.iter().zip(a) {
+        summs = fma(x.m.to_f32(), y.s.to_f32(), summs);
+        fma8(
+            &mut acc,
+            x.d.to_f32() * y.d.to_f32(),
+            &quads_us(&nibbles(&x.qs), &y.qs),
+        );
+    }
+    hsum8(&acc) + summs
+}
+
+/// Q4_K × Q8_K, per super-block: the 8 lanes of `sum_j sc_j * q4 * q8` (sub-blocks `2i`,
+/// `2i + 1` are the low and high nibbles of `qs[32 i ..]`), `fma(dy * d, lanes, acc)`; the
+/// mins in 4 lanes, lane `k` = `m_2k * (bsum_4k + bsum_4k+1) + m_2k+1 * (bsum_4k+2 +
+/// bsum_4k+3)`, `fma(-dy * dmin, lanes, acc_m)`. Result `hsum8(acc) + hsum4(acc_m)`.
 pub(crate) fn dot_q4_k(w: &[u8], a: &[u8]) -> f32 {
     let (w, a): (&[BlockQ4K], &[BlockQ8K]) = (as_blocks(w), as_blocks(a));
     assert_eq!(w.len(), a.len());
-    let mut sum = 0.0f32;
+    let mut acc = [0.0f32; 8];
+    let mut acc_m = [0.0f32; 4];
     for (x, y) in w.iter().zip(a) {
         let (sc, m) = q4k_scales_mins(&x.scales);
-        // sum over sub-blocks j of sc_j * sum(q4 * q8)
-        let mut sumi = 0i32;
+        let yd = y.d.get();
+        let d = yd * x.d.to_f32();
+        let dmin = -yd * x.dmin.to_f32();
+        let q8s: [i32; 8] = std::array::from_fn(|i| {
+            (y.bsum(2 * i) as i32 + y.bsum(2 * i + 1) as i32) as i16 as i32
+        });
+        for (k, am) in acc_m.iter_mut().enumerate() {
+            let prod = m[2 * k] as i32 * q8s[2 * k] + m[2 * k + 1] as i32 * q8s[2 * k + 1];
+            *am = fma(dmin, prod as f32, *am);
+        }
+        let mut sumi = [0i32; 8];
         for j in 0..QK_K / 64 {
-            let q4 = &x.qs[32 * j..32 * j + 32];
-            let (lo, hi) = (&y.qs[64 * j..64 * j + 32], &y.qs[64 * j + 32..64 * j + 64]);
-            let mut s_lo = 0i32;
-            let mut s_hi = 0i32;
-            for l in 0..32 {
-                s_lo += (q4[l] & 0x0F) as i32 * lo[l] as i32;
-                s_hi += (q4[l] >> 4) as i32 * hi[l] as i32;
-            }
-            sumi += sc[2 * j] as i32 * s_lo + sc[2 * j + 1] as i32 * s_hi;
+            let q = arr32(&x.qs, 32 * j);
+            let lo: [u8; 32] = q.map(|b| b & 0x0F);
+            let hi: [u8; 32] = q.map(|b| b >> 4);
+            let (sl, sh) = (sc[2 * j] as i32, sc[2 * j + 1] as i32);
+            add8(
+                &mut sumi,
+                &quads_us_scaled(&lo, arr32(&y.qs, 64 * j), sl, sl),
+            );
+            add8(
+                &mut sumi,
+                &quads_us_scaled(&hi, arr32(&y.qs, 64 * j + 32), sh, sh),
+            );
         }
-        // the mins: sum over sub-blocks of m_j * sum(q8 in sub-block j), from bsums
-        let mut summ = 0i32;
-        for (j, &mj) in m.iter().enumerate() {
-            summ += mj as i32 * (y.bsum(2 * j) as i32 + y.bsum(2 * j + 1) as i32);
-        }
-        let dy = y.d.get();
-        sum += dy * x.d.to_f32() * sumi as f32 - dy * x.dmin.to_f32() * summ as f32;
+        fma8(&mut acc, d, &sumi);
     }
-    sum
+    hsum8(&acc) + hsum4(&acc_m)
 }
 
+/// The 6-bit values (0..64, unbiased) of a Q6_K block in element order.
+fn q6k_values(x: &BlockQ6K) -> [u8; QK_K] {
+    let mut q = [0u8; QK_K];
+    for half in 0..2 {
+        let ql = &x.ql[64 * half..64 * half + 64];
+        let qh = &x.qh[32 * half..32 * half + 32];
+        let q = &mut q[128 * half..128 * half + 128];
+        for l in 0..32 {
+            q[l] = (ql[l] & 0x0F) | ((qh[l] & 3) << 4);
+            q[l + 32] = (ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4);
+            q[l + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+            q[l + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+        }
+    }
+    q
+}
+
+/// Q6_K × Q8_K, per super-block: the 8 lanes of `sum sc * q * q8` over the unbiased values
+/// (group `g` of 32 elements: lanes 0..4 take scale `2g`, lanes 4..8 scale `2g + 1`), minus
+/// `32 * (bsum_2l * sc_2l + bsum_2l+1 * sc_2l+1)` per lane `l`, then `fma(dy * d, lanes,
+/// acc)`; result `hsum8(acc)`.
 pub(crate) fn dot_q6_k(w: &[u8], a: &[u8]) -> f32 {
     let (w, a): (&[BlockQ6K], &[BlockQ8K]) = (as_blocks(w), as_blocks(a));
     assert_eq!(w.len(), a.len());
-    let mut sum = 0.0f32;
+    let mut acc = [0.0f32; 8];
     for (x, y) in w.iter().zip(a) {
-        let mut q = [0i8; QK_K];
-        for half in 0..2 {
-            let ql = &x.ql[64 * half..64 * half + 64];
-            let qh = &x.qh[32 * half..32 * half + 32];
-            let q = &mut q[128 * half..128 * half + 128];
-            for l in 0..32 {
-                q[l] = ((ql[l] & 0x0F) | ((qh[l] & 3) << 4)) as i8 - 32;
-                q[l + 32] = ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32;
-                q[l + 64] = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8 - 32;
-                q[l + 96] = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8 - 32;
-            }
+        let q = q6k_values(x);
+        let sc = &x.scales;
+        let mut sumi = [0i32; 8];
+        for g in 0..8 {
+            let p = quads_us_scaled(
+                arr32(&q, 32 * g),
+                arr32(&y.qs, 32 * g),
+                sc[2 * g] as i32,
+                sc[2 * g + 1] as i32,
+            );
+            add8(&mut sumi, &p);
         }
-        let mut sumi = 0i32;
-        for j in 0..QK_K / 16 {
-            let s: i32 = (16 * j..16 * j + 16)
-                .map(|l| q[l] as i32 * y.qs[l] as i32)
-                .sum();
-            sumi += x.scales[j] as i32 * s;
+        for (l, s) in sumi.iter_mut().enumerate() {
+            let bias = y.bsum(2 * l) as i32 * sc[2 * l] as i32
+                + y.bsum(2 * l + 1) as i32 * sc[2 * l + 1] as i32;
+            *s = s.wrapping_sub(bias << 5);
         }
-        sum += y.d.get() * x.d.to_f32() * sumi as f32;
+        fma8(&mut acc, y.d.get() * x.d.to_f32(), &sumi);
     }
-    sum
+    hsum8(&acc)
 }

@@ -4,6 +4,7 @@
 pub(crate) mod act;
 pub(crate) mod dequant;
 pub(crate) mod dot;
+pub(crate) mod lanes;
 
 use crate::isa::Isa;
 use crate::kernels::{Act4, Imp, Kernels, WeightKernels};

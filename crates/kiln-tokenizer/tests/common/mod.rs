@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod gguf_to_hf;
+
 use std::sync::OnceLock;
 
 use kiln_tokenizer::Tokenizer;
@@ -52,4 +54,26 @@ pub fn ids(v: &serde_json::Value) -> Vec<u32> {
         .iter()
         .map(|x| u32::try_from(x.as_u64().expect("an id")).expect("an id fits u32"))
         .collect()
+}
+
+/// A cached model's GGUF file (its metadata), opened once per test binary; panics (fails
+/// the test) when the model is missing.
+pub fn gguf(hub_name: &str) -> &'static kiln_format::GgufFile {
+    static CACHE: OnceLock<Vec<(String, kiln_format::GgufFile)>> = OnceLock::new();
+    let all = CACHE.get_or_init(|| {
+        MODELS
+            .iter()
+            .map(|&(_, name)| {
+                let path = kiln_hub::resolve(name)
+                    .unwrap_or_else(|e| panic!("model {name} is required for this test: {e}"));
+                let file = kiln_format::GgufFile::open(&path)
+                    .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+                (name.to_owned(), file)
+            })
+            .collect()
+    });
+    all.iter()
+        .find(|(n, _)| n == hub_name)
+        .map(|(_, f)| f)
+        .unwrap_or_else(|| panic!("unknown test model {hub_name}"))
 }

@@ -1,0 +1,6 @@
+//! Argument groups shared by subcommands (`#[command(flatten)]`).
+
+pub mod chat;
+pub mod kv;
+pub mod model;
+pub mod sampling;

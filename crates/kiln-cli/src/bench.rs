@@ -1,0 +1,400 @@
+//! `kiln bench`: prompt-processing and generation throughput, measured and printed the way
+//! llama.cpp's `llama-bench` does, so the two tools' outputs can be compared by script.
+//!
+//! For each model and thread count, a `ppN` test evaluates `N` tokens (the BOS token if the
+//! vocabulary adds one, then pseudo-random ids) in batches of `--ubatch` into an empty
+//! context and keeps the last token's logits; a `tgN` test evaluates one token, then `N - 1`
+//! more one at a time (BOS first, as llama-bench does). Each test runs once to warm up, then
+//! `-r` times; a sample is tokens / seconds of one repetition, reported as mean ± sample
+//! standard deviation. `-o json` prints a list of objects with llama-bench's field names
+//! (`model_filename`, `n_prompt`, `n_gen`, `n_threads`, `avg_ts`, `stddev_ts`,
+//! `samples_ts`, …).
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::{Args, ValueEnum};
+use kiln_format::GgufFile;
+use kiln_model::{Logits, Model, Session};
+use kiln_tokenizer::Tokenizer;
+use serde::Serialize;
+
+use crate::error::CliError;
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// GGUF paths or known model names; repeat the flag or separate with commas.
+    #[arg(long, short = 'm', value_delimiter = ',', default_value = kiln_hub::DEFAULT_MODEL)]
+    model: Vec<String>,
+    /// Prompt lengths to test (ppN); 0 disables.
+    #[arg(
+        long = "n-prompt",
+        short = 'p',
+        value_delimiter = ',',
+        default_value = "512"
+    )]
+    n_prompt: Vec<usize>,
+    /// Generation lengths to test (tgN); 0 disables.
+    #[arg(
+        long = "n-gen",
+        short = 'n',
+        value_delimiter = ',',
+        default_value = "128"
+    )]
+    n_gen: Vec<usize>,
+    /// Thread counts to test.
+    #[arg(long, short = 't', value_delimiter = ',')]
+    threads: Vec<usize>,
+    /// Repetitions of each test.
+    #[arg(long = "repetitions", short = 'r', default_value_t = 5)]
+    reps: usize,
+    /// Tokens evaluated per forward call in ppN tests (llama-bench's n_ubatch).
+    #[arg(long = "ubatch-size", short = 'u', default_value_t = 512)]
+    ubatch: usize,
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value_t = Format::Md)]
+    output: Format,
+    /// Skip the warm-up run of each test.
+    #[arg(long)]
+    no_warmup: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Md,
+    Json,
+    Jsonl,
+}
+
+/// One result row, with llama-bench's JSON field names.
+#[derive(Serialize)]
+struct Row {
+    build_commit: String,
+    build_number: u32,
+    cpu_info: String,
+    gpu_info: String,
+    backends: String,
+    isa: String,
+    model_filename: String,
+    model_type: String,
+    model_size: u64,
+    model_n_params: u64,
+    n_batch: usize,
+    n_ubatch: usize,
+    n_threads: usize,
+    type_k: String,
+    type_v: String,
+    n_prompt: usize,
+    n_gen: usize,
+    n_depth: usize,
+    test_time: String,
+    avg_ns: u64,
+    stddev_ns: u64,
+    avg_ts: f64,
+    stddev_ts: f64,
+    samples_ns: Vec<u64>,
+    samples_ts: Vec<f64>,
+}
+
+/// A loaded model and what the report says about it.
+struct Loaded {
+    path: String,
+    model: Arc<Model>,
+    model_type: String,
+    bos: Option<u32>,
+    vocab: usize,
+}
+
+pub fn run(args: BenchArgs) -> Result<(), CliError> {
+    if args.reps == 0 {
+        return Err(CliError::Usage("-r must be at least 1".into()));
+    }
+    if args.ubatch == 0 {
+        return Err(CliError::Usage("--ubatch-size must be at least 1".into()));
+    }
+    let threads = if args.threads.is_empty() {
+        vec![std::thread::available_parallelism().map_or(1, |n| n.get())]
+    } else {
+        args.threads.clone()
+    };
+    if threads.contains(&0) {
+        return Err(CliError::Usage("thread counts must be at least 1".into()));
+    }
+    let isa = kiln_quant::try_active_isa()
+        .map_err(|e| CliError::Usage(e.to_string()))?
+        .to_string();
+    // Tests in llama-bench's order: every prompt length, then every generation length.
+    let tests: Vec<(usize, usize)> = args
+        .n_prompt
+        .iter()
+        .filter(|&&p| p > 0)
+        .map(|&p| (p, 0))
+        .chain(args.n_gen.iter().filter(|&&g| g > 0).map(|&g| (0, g)))
+        .collect();
+
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut rows = Vec::new();
+    if args.output == Format::Md {
+        writeln!(
+            out,
+            "| model                          |       size |     params | backend    | threads |            test |                  t/s |"
+        )?;
+        writeln!(
+            out,
+            "| ------------------------------ | ---------: | ---------: | ---------- | ------: | --------------: | -------------------: |"
+        )?;
+    }
+    for reference in &args.model {
+        let loaded = load(reference)?;
+        for &t in &threads {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(t)
+                .build()
+                .map_err(|e| CliError::Usage(format!("cannot start {t} threads: {e}")))?;
+            for &(n_prompt, n_gen) in &tests {
+                let row = pool.install(|| measure(&loaded, &args, t, n_prompt, n_gen, &isa))?;
+                match args.output {
+                    Format::Md => print_md(&mut out, &loaded, &row)?,
+                    Format::Jsonl => {
+                        serde_json::to_writer(&mut out, &row).map_err(std::io::Error::other)?;
+                        writeln!(out)?;
+                    }
+                    Format::Json => {}
+                }
+                out.flush()?;
+                rows.push(row);
+            }
+        }
+    }
+    if args.output == Format::Json {
+        serde_json::to_writer_pretty(&mut out, &rows).map_err(std::io::Error::other)?;
+        writeln!(out)?;
+    }
+    Ok(())
+}
+
+fn load(reference: &str) -> Result<Loaded, CliError> {
+    let path = kiln_hub::resolve(reference)?;
+    let file = Arc::new(GgufFile::open(&path)?);
+    let tokenizer = Tokenizer::from_gguf(file.metadata())?;
+    let model = Arc::new(Model::from_gguf(Arc::clone(&file))?);
+    let md = file.metadata();
+    let arch = file.architecture().unwrap_or("?").to_string();
+    let size_label = md.opt_str("general.size_label").ok().flatten();
+    let params = n_params(&file);
+    let size = size_label.map_or_else(|| params_label(params), str::to_string);
+    let ftype = md
+        .opt_u32("general.file_type")
+        .ok()
+        .flatten()
+        .map_or("?".to_string(), ftype_name);
+    Ok(Loaded {
+        path: path.display().to_string(),
+        model,
+        model_type: format!("{arch} {size} {ftype}"),
+        bos: tokenizer.add_bos().then(|| tokenizer.bos()).flatten(),
+        vocab: tokenizer.vocab_size(),
+    })
+}
+
+fn n_params(file: &GgufFile) -> u64 {
+    file.tensors()
+        .iter()
+        .map(|t| t.dims.iter().product::<u64>())
+        .sum()
+}
+
+/// `135M`, `1.5B`: llama.cpp's size label when the file has none.
+fn params_label(n: u64) -> String {
+    if n >= 1_000_000_000 {
+        format!("{:.1}B", n as f64 / 1e9)
+    } else {
+        format!("{}M", (n as f64 / 1e6).round())
+    }
+}
+
+/// llama.cpp's names for `general.file_type` (`llama_model_ftype_name`).
+fn ftype_name(ft: u32) -> String {
+    let name = match ft & !1024 {
+        0 => "all F32",
+        1 => "F16",
+        2 => "Q4_0",
+        3 => "Q4_1",
+        7 => "Q8_0",
+        8 => "Q5_0",
+        9 => "Q5_1",
+        10 => "Q2_K - Medium",
+        11 => "Q3_K - Small",
+        12 => "Q3_K - Medium",
+        13 => "Q3_K - Large",
+        14 => "Q4_K - Small",
+        15 => "Q4_K - Medium",
+        16 => "Q5_K - Small",
+        17 => "Q5_K - Medium",
+        18 => "Q6_K",
+        21 => "Q2_K - Small",
+        25 => "IQ4_NL - 4.5 bpw",
+        30 => "IQ4_XS - 4.25 bpw",
+        32 => "BF16",
+        other => return format!("ftype {other}"),
+    };
+    if ft & 1024 != 0 {
+        format!("{name} (guessed)")
+    } else {
+        name.to_string()
+    }
+}
+
+/// Pseudo-random token ids (SplitMix64): the values do not matter for speed.
+struct Tokens(u64);
+
+impl Tokens {
+    fn next(&mut self, vocab: usize) -> u32 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) % vocab.max(1) as u64) as u32
+    }
+}
+
+/// One ppN or tgN test: warm-up, then `reps` timed runs in a fresh context each.
+fn measure(
+    m: &Loaded,
+    args: &BenchArgs,
+    threads: usize,
+    n_prompt: usize,
+    n_gen: usize,
+    isa: &str,
+) -> Result<Row, CliError> {
+    let n_ctx = n_prompt + n_gen;
+    let mut session = Session::new(Arc::clone(&m.model), n_ctx, args.ubatch);
+    let mut rng = Tokens(0x6b696c6e);
+    let mut prompt = vec![0u32; n_prompt];
+    let mut run = |session: &mut Session, n_prompt: usize, n_gen: usize| -> Result<(), CliError> {
+        session.truncate(0);
+        if n_prompt > 0 {
+            for (i, t) in prompt[..n_prompt].iter_mut().enumerate() {
+                *t = match (i, m.bos) {
+                    (0, Some(bos)) => bos,
+                    _ => rng.next(m.vocab),
+                };
+            }
+            session.forward(&prompt[..n_prompt], Logits::Last)?;
+        }
+        let mut token = m.bos.unwrap_or_else(|| rng.next(m.vocab));
+        for _ in 0..n_gen {
+            session.forward(&[token], Logits::Last)?;
+            token = rng.next(m.vocab);
+        }
+        Ok(())
+    };
+    if !args.no_warmup {
+        run(&mut session, n_prompt.min(args.ubatch), n_gen.min(1))?;
+    }
+    let mut samples_ns = Vec::with_capacity(args.reps);
+    for _ in 0..args.reps {
+        let t0 = Instant::now();
+        run(&mut session, n_prompt, n_gen)?;
+        samples_ns.push(t0.elapsed().as_nanos() as u64);
+    }
+    let n_tokens = (n_prompt + n_gen) as f64;
+    let samples_ts: Vec<f64> = samples_ns
+        .iter()
+        .map(|&ns| n_tokens * 1e9 / ns.max(1) as f64)
+        .collect();
+    let ns_f: Vec<f64> = samples_ns.iter().map(|&v| v as f64).collect();
+    Ok(Row {
+        build_commit: format!("kiln-{}", env!("CARGO_PKG_VERSION")),
+        build_number: 0,
+        cpu_info: cpu_name(),
+        gpu_info: String::new(),
+        backends: "CPU".into(),
+        isa: isa.to_string(),
+        model_filename: m.path.clone(),
+        model_type: m.model_type.clone(),
+        model_size: m.model.weight_bytes(),
+        model_n_params: m.model.gguf().map_or(0, n_params),
+        n_batch: args.ubatch,
+        n_ubatch: args.ubatch,
+        n_threads: threads,
+        type_k: "f16".into(),
+        type_v: "f16".into(),
+        n_prompt,
+        n_gen,
+        n_depth: 0,
+        test_time: format!("{:?}", std::time::SystemTime::now()),
+        avg_ns: mean(&ns_f) as u64,
+        stddev_ns: stddev(&ns_f) as u64,
+        avg_ts: mean(&samples_ts),
+        stddev_ts: stddev(&samples_ts),
+        samples_ns,
+        samples_ts,
+    })
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len().max(1) as f64
+}
+
+/// Sample standard deviation (n - 1), 0 for fewer than two samples.
+fn stddev(v: &[f64]) -> f64 {
+    if v.len() < 2 {
+        return 0.0;
+    }
+    let m = mean(v);
+    (v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
+}
+
+fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|v| v.trim().to_string())
+        })
+        .unwrap_or_default()
+}
+
+fn print_md(out: &mut impl Write, m: &Loaded, r: &Row) -> std::io::Result<()> {
+    let test = if r.n_gen == 0 {
+        format!("pp{}", r.n_prompt)
+    } else {
+        format!("tg{}", r.n_gen)
+    };
+    let name: String = m.model_type.chars().take(30).collect();
+    writeln!(
+        out,
+        "| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} | {:>15} | {:>20} |",
+        name,
+        format!("{:.2} MiB", r.model_size as f64 / (1024.0 * 1024.0)),
+        format!("{:.2} M", r.model_n_params as f64 / 1e6),
+        "CPU",
+        r.n_threads,
+        test,
+        format!("{:.2} ± {:.2}", r.avg_ts, r.stddev_ts),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stddev_is_the_sample_deviation() {
+        assert_eq!(stddev(&[1.0]), 0.0);
+        assert!((stddev(&[1.0, 3.0]) - std::f64::consts::SQRT_2).abs() < 1e-12);
+    }
+
+    #[test]
+    fn file_types_use_llama_cpp_names() {
+        assert_eq!(ftype_name(3), "Q4_1");
+        assert_eq!(ftype_name(15), "Q4_K - Medium");
+        assert_eq!(ftype_name(15 | 1024), "Q4_K - Medium (guessed)");
+        assert_eq!(params_label(134_515_008), "135M");
+    }
+}

@@ -1,0 +1,474 @@
+//! The paged attention against a plain one: contiguous K/V and the loops of the first-light
+//! implementation (the arithmetic `docs/correctness.md` relies on), bit for bit, across
+//! head shapes, page sizes, batch splits, windows, soft-capping, thread counts and ISAs.
+
+use half::f16;
+use kiln_kv::{KvCache, KvType};
+use kiln_quant::attn::attn_kernels_for;
+use kiln_quant::{GgmlType, Isa};
+
+use super::{AttnScratch, AttnShape, attention, attention_with};
+use crate::kv::KvOptions;
+use crate::{Model, ModelConfig};
+
+/// A real configuration (so every field is set) with the attention shape overridden.
+fn config(
+    n_head: usize,
+    n_head_kv: usize,
+    hd: usize,
+    hdv: usize,
+    softcap: Option<f32>,
+) -> ModelConfig {
+    static BASE: std::sync::OnceLock<ModelConfig> = std::sync::OnceLock::new();
+    let base = BASE.get_or_init(|| {
+        let path = kiln_hub::resolve("smollm2-135m").expect("smollm2-135m must be available");
+        Model::open(path).expect("model").config().clone()
+    });
+    let mut c = base.clone();
+    c.n_head = n_head;
+    c.n_head_kv = n_head_kv;
+    c.head_dim = hd;
+    c.head_dim_v = hdv;
+    c.attn_scale = 1.0 / (hd as f32).sqrt();
+    c.attn_softcap = softcap;
+    c
+}
+
+/// Deterministic values of a few sizes (xorshift).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 6.0
+        })
+        .collect()
+}
+
+/// The first-light attention over contiguous f16 K/V (token-major rows of all KV heads):
+/// f16 query, sequential f32 dot of exact products, online softmax, f16 accumulator.
+fn plain_f16(cfg: &ModelConfig, shape: &AttnShape, q: &[f32], k: &[f16], v: &[f16]) -> Vec<f32> {
+    let (nh, hd, hdv) = (cfg.n_head, cfg.head_dim, cfg.head_dim_v);
+    let group = nh / cfg.n_head_kv;
+    let (kd, vd) = (cfg.k_dim(), cfg.v_dim());
+    let scale = cfg.attn_scale / cfg.attn_softcap.unwrap_or(1.0);
+    let mut out = vec![0.0; shape.n_tokens * nh * hdv];
+    for t in 0..shape.n_tokens {
+        let pos = shape.pos0 + t;
+        let first = match shape.window {
+            Some(w) if pos + 1 > w => pos + 1 - w,
+            _ => 0,
+        };
+        for h in 0..nh {
+            let g = h / group;
+            let q16: Vec<f16> = q[t * nh * hd + h * hd..][..hd]
+                .iter()
+                .map(|&x| f16::from_f32(x))
+                .collect();
+            let mut acc = vec![f16::ZERO; hdv];
+            let (mut max, mut sum) = (f32::NEG_INFINITY, 0.0f32);
+            for j in first..=pos {
+                let kj = &k[j * kd + g * hd..][..hd];
+                let mut s: f32 = q16
+                    .iter()
+                    .zip(kj)
+                    .map(|(a, b)| a.to_f32() * b.to_f32())
+                    .sum();
+                s *= scale;
+                if let Some(c) = cfg.attn_softcap {
+                    s = c * s.tanh();
+                }
+                let vj = &v[j * vd + g * hdv..][..hdv];
+                if s > max {
+                    let ms = (max - s).exp();
+                    max = s;
+                    for a in acc.iter_mut() {
+                        *a = f16::from_f32(a.to_f32() * ms);
+                    }
+                    for (a, x) in acc.iter_mut().zip(vj) {
+                        *a = f16::from_f32(x.to_f32().mul_add(1.0, a.to_f32()));
+                    }
+                    sum = sum * ms + 1.0;
+                } else {
+                    let vs = (s - max).exp();
+                    for (a, x) in acc.iter_mut().zip(vj) {
+                        *a = f16::from_f32(x.to_f32().mul_add(vs, a.to_f32()));
+                    }
+                    sum += vs;
+                }
+            }
+            let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+            for (o, a) in out[t * nh * hdv + h * hdv..][..hdv].iter_mut().zip(&acc) {
+                *o = a.to_f32() * inv;
+            }
+        }
+    }
+    out
+}
+
+/// The same with an f32 accumulator over f32 (or dequantized) V rows. `dot(h, t, j)` is the
+/// raw score of query head `h` of token `t` against the key at position `j`.
+fn plain_f32(
+    cfg: &ModelConfig,
+    shape: &AttnShape,
+    dot: &dyn Fn(usize, usize, usize) -> f32,
+    v: &[f32],
+) -> Vec<f32> {
+    let (nh, hdv) = (cfg.n_head, cfg.head_dim_v);
+    let group = nh / cfg.n_head_kv;
+    let vd = cfg.v_dim();
+    let mut out = vec![0.0; shape.n_tokens * nh * hdv];
+    for t in 0..shape.n_tokens {
+        let pos = shape.pos0 + t;
+        for h in 0..nh {
+            let g = h / group;
+            let mut acc = vec![0.0f32; hdv];
+            let (mut max, mut sum) = (f32::NEG_INFINITY, 0.0f32);
+            for j in 0..=pos {
+                let s = dot(h, t, j) * cfg.attn_scale;
+                let vj = &v[j * vd + g * hdv..][..hdv];
+                let (ms, vs) = if s > max {
+                    let m = (max - s).exp();
+                    max = s;
+                    (m, 1.0)
+                } else {
+                    (1.0, (s - max).exp())
+                };
+                if ms != 1.0 {
+                    acc.iter_mut().for_each(|a| *a *= ms);
+                }
+                for (a, &x) in acc.iter_mut().zip(vj) {
+                    *a = x.mul_add(vs, *a);
+                }
+                sum = sum * ms + vs;
+            }
+            let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+            for (o, a) in out[t * nh * hdv + h * hdv..][..hdv].iter_mut().zip(&acc) {
+                *o = a * inv;
+            }
+        }
+    }
+    out
+}
+
+struct Case {
+    cfg: ModelConfig,
+    opts: KvOptions,
+    n_ctx: usize,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    q: Vec<f32>,
+}
+
+impl Case {
+    fn new(
+        cfg: ModelConfig,
+        k_type: KvType,
+        v_type: KvType,
+        bs: usize,
+        n_ctx: usize,
+        seed: u64,
+    ) -> Case {
+        let opts = KvOptions {
+            k_type,
+            v_type,
+            block_size: bs,
+            memory: None,
+        };
+        Case {
+            k: values(n_ctx * cfg.k_dim(), seed),
+            v: values(n_ctx * cfg.v_dim(), seed + 1),
+            q: values(n_ctx * cfg.q_dim(), seed + 2),
+            cfg,
+            opts,
+            n_ctx,
+        }
+    }
+
+    /// A cache holding all `n_ctx` positions (written in chunks of `split`).
+    fn cache(&self, split: usize) -> (KvCache, kiln_kv::SeqId) {
+        let kc = self
+            .opts
+            .config(&self.cfg, self.n_ctx.div_ceil(self.opts.block_size) + 1);
+        let mut c = KvCache::new(kc).expect("cache");
+        let id = c.create_sequence(self.n_ctx);
+        let (kd, vd) = (self.cfg.k_dim(), self.cfg.v_dim());
+        let mut pos = 0;
+        while pos < self.n_ctx {
+            let n = split.min(self.n_ctx - pos);
+            c.append(id, &vec![0; n]).expect("append");
+            c.write_rows(
+                id,
+                0,
+                pos,
+                &self.k[pos * kd..(pos + n) * kd],
+                &self.v[pos * vd..(pos + n) * vd],
+            )
+            .expect("write");
+            pos += n;
+        }
+        (c, id)
+    }
+
+    /// Attention for queries `pos0..n_ctx`, evaluated in batches of `batch`.
+    fn paged(
+        &self,
+        pos0: usize,
+        batch: usize,
+        window: Option<usize>,
+        isa: Option<Isa>,
+    ) -> Vec<f32> {
+        let (c, id) = self.cache(7);
+        let view = c.layer_view(id, 0).expect("view");
+        let hv = self.cfg.n_head * self.cfg.head_dim_v;
+        let qd = self.cfg.q_dim();
+        let mut scratch = AttnScratch::new(
+            &self.cfg,
+            batch,
+            self.opts.block_size,
+            self.opts.k_type,
+            self.opts.v_type,
+        );
+        let mut out = vec![0.0; (self.n_ctx - pos0) * hv];
+        let mut t = pos0;
+        while t < self.n_ctx {
+            let n = batch.min(self.n_ctx - t);
+            let shape = AttnShape {
+                pos0: t,
+                n_tokens: n,
+                window,
+            };
+            let q = &self.q[t * qd..(t + n) * qd];
+            let o = &mut out[(t - pos0) * hv..(t - pos0 + n) * hv];
+            match isa {
+                None => attention(&self.cfg, &shape, q, &view, &mut scratch, o),
+                Some(i) => attention_with(
+                    attn_kernels_for(i).expect("isa"),
+                    &self.cfg,
+                    &shape,
+                    q,
+                    &view,
+                    &mut scratch,
+                    o,
+                ),
+            }
+            .expect("attention");
+            t += n;
+        }
+        out
+    }
+}
+
+fn bits(x: &[f32]) -> Vec<u32> {
+    x.iter().map(|v| v.to_bits()).collect()
+}
+
+#[test]
+fn paged_f16_attention_equals_the_first_light_arithmetic_bit_for_bit() {
+    let shapes = [
+        (9, 3, 64, 64, None),
+        (4, 1, 256, 256, None),
+        (4, 2, 80, 48, Some(50.0)),
+        (2, 2, 40, 40, None),
+    ];
+    for (i, &(nh, nkv, hd, hdv, cap)) in shapes.iter().enumerate() {
+        for (bs, n_ctx, pos0, batch, window) in [
+            (16, 70, 0, 70, None),
+            (16, 70, 31, 5, None),
+            (5, 45, 0, 45, Some(9)),
+            (32, 40, 39, 1, None),
+            (16, 100, 3, 33, Some(40)),
+        ] {
+            let case = Case::new(
+                config(nh, nkv, hd, hdv, cap),
+                KvType::F16,
+                KvType::F16,
+                bs,
+                n_ctx,
+                i as u64,
+            );
+            let k16: Vec<f16> = case.k.iter().map(|&x| f16::from_f32(x)).collect();
+            let v16: Vec<f16> = case.v.iter().map(|&x| f16::from_f32(x)).collect();
+            let shape = AttnShape {
+                pos0,
+                n_tokens: n_ctx - pos0,
+                window,
+            };
+            let want = plain_f16(
+                &case.cfg,
+                &shape,
+                &case.q[pos0 * case.cfg.q_dim()..],
+                &k16,
+                &v16,
+            );
+            let got = case.paged(pos0, batch, window, None);
+            assert_eq!(
+                bits(&got),
+                bits(&want),
+                "shape {i}, bs {bs}, batch {batch}, window {window:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn f32_and_quantized_value_pages_accumulate_in_f32() {
+    for v_type in [KvType::F32, KvType::Q8_0, KvType::Q4_0] {
+        let case = Case::new(config(4, 2, 64, 64, None), KvType::F32, v_type, 16, 50, 9);
+        let (c, id) = case.cache(50);
+        // What the cache holds, read back as f32 (exact for F32, dequantized otherwise).
+        let (kd, vd) = (case.cfg.k_dim(), case.cfg.v_dim());
+        let (mut k, mut v) = (vec![0.0; 50 * kd], vec![0.0; 50 * vd]);
+        for p in 0..50 {
+            c.read(
+                id,
+                0,
+                p,
+                &mut k[p * kd..(p + 1) * kd],
+                &mut v[p * vd..(p + 1) * vd],
+            )
+            .expect("read");
+        }
+        let q = &case.q;
+        let (hd, nh, group) = (case.cfg.head_dim, case.cfg.n_head, 2);
+        let dot = |h: usize, t: usize, j: usize| {
+            let kr = &k[j * kd + h / group * hd..][..hd];
+            let mut acc = -0.0f32;
+            for (a, &b) in q[t * nh * hd + h * hd..][..hd].iter().zip(kr) {
+                acc = a.mul_add(b, acc);
+            }
+            acc
+        };
+        let shape = AttnShape {
+            pos0: 0,
+            n_tokens: 50,
+            window: None,
+        };
+        let want = plain_f32(&case.cfg, &shape, &dot, &v);
+        let got = case.paged(0, 17, None, None);
+        assert_eq!(bits(&got), bits(&want), "V {v_type}");
+    }
+}
+
+#[test]
+fn quantized_key_pages_use_the_integer_dot_of_the_quantized_query() {
+    let case = Case::new(
+        config(4, 2, 64, 64, None),
+        KvType::Q8_0,
+        KvType::F32,
+        16,
+        40,
+        3,
+    );
+    let (c, id) = case.cache(40);
+    let (kd, vd) = (case.cfg.k_dim(), case.cfg.v_dim());
+    let mut v = vec![0.0; 40 * vd];
+    let mut kdummy = vec![0.0; kd];
+    for p in 0..40 {
+        c.read(id, 0, p, &mut kdummy, &mut v[p * vd..(p + 1) * vd])
+            .expect("read");
+    }
+    // The stored K rows as bytes, head by head, straight from the quantizer.
+    let hd = case.cfg.head_dim;
+    let row = GgmlType::Q8_0.block_bytes() * hd / 32;
+    let mut kq = vec![0u8; 40 * 2 * row];
+    for (p, kr) in case.k.chunks_exact(kd).enumerate() {
+        for g in 0..2 {
+            kiln_quant::attn::store_row(
+                GgmlType::Q8_0,
+                &kr[g * hd..(g + 1) * hd],
+                &mut kq[(p * 2 + g) * row..][..row],
+            )
+            .expect("store");
+        }
+    }
+    let kern = kiln_quant::kernels();
+    let q = &case.q;
+    let nh = case.cfg.n_head;
+    let dot = |h: usize, t: usize, j: usize| {
+        let g = h / 2;
+        let mut qa = vec![0u8; row];
+        kern.quantize_activations(GgmlType::Q8_0, &q[t * nh * hd + h * hd..][..hd], &mut qa)
+            .expect("quantize");
+        kern.dot(GgmlType::Q8_0, &kq[(j * 2 + g) * row..][..row], &qa)
+            .expect("dot")
+    };
+    let shape = AttnShape {
+        pos0: 0,
+        n_tokens: 40,
+        window: None,
+    };
+    let want = plain_f32(&case.cfg, &shape, &dot, &v);
+    let got = case.paged(0, 40, None, None);
+    assert_eq!(bits(&got), bits(&want));
+}
+
+#[test]
+fn results_do_not_depend_on_batch_threads_or_isa() {
+    let case = Case::new(
+        config(9, 3, 64, 64, None),
+        KvType::F16,
+        KvType::F16,
+        16,
+        90,
+        5,
+    );
+    let whole = case.paged(0, 90, None, None);
+    assert_eq!(
+        bits(&case.paged(0, 1, None, None)),
+        bits(&whole),
+        "decode-style"
+    );
+    assert_eq!(
+        bits(&case.paged(0, 13, None, None)),
+        bits(&whole),
+        "odd batches"
+    );
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("pool");
+    assert_eq!(
+        bits(&one.install(|| case.paged(0, 90, None, None))),
+        bits(&whole),
+        "1 thread"
+    );
+    let three = rayon::ThreadPoolBuilder::new()
+        .num_threads(3)
+        .build()
+        .expect("pool");
+    assert_eq!(
+        bits(&three.install(|| case.paged(0, 90, None, None))),
+        bits(&whole),
+        "3 threads"
+    );
+    for isa in Isa::ALL {
+        if attn_kernels_for(isa).is_some() {
+            assert_eq!(
+                bits(&case.paged(0, 90, None, Some(isa))),
+                bits(&whole),
+                "{isa}"
+            );
+        }
+    }
+    let f32case = Case::new(
+        config(4, 4, 48, 48, None),
+        KvType::F32,
+        KvType::F32,
+        8,
+        30,
+        6,
+    );
+    let a = f32case.paged(0, 30, None, Some(Isa::Scalar));
+    for isa in Isa::ALL {
+        if attn_kernels_for(isa).is_some() {
+            assert_eq!(
+                bits(&f32case.paged(0, 30, None, Some(isa))),
+                bits(&a),
+                "f32 {isa}"
+            );
+        }
+    }
+}

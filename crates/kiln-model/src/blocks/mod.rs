@@ -1,0 +1,32 @@
+//! Building blocks that only some architectures use, written once: normalisation with an
+//! optional bias (RMSNorm or LayerNorm), logit soft-capping, and RoPE frequency factors
+//! (Llama 3 scaling). The llama-style core (RMSNorm, RoPE, gated activations) is in
+//! [`crate::ops`].
+
+mod norm;
+mod rope;
+
+pub(crate) use norm::Norm;
+pub(crate) use rope::{llama3_rope_factors, rope_table_with_factors};
+
+/// `x = cap · tanh(x / cap)` (Gemma 2 attention scores and final logits).
+pub(crate) fn softcap_inplace(x: &mut [f32], cap: f32) {
+    for v in x.iter_mut() {
+        *v = cap * (*v / cap).tanh();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn softcap_bounds_values_and_keeps_small_ones() {
+        let mut x = [0.0f32, 1.0, -1.0, 100.0, -1e6];
+        softcap_inplace(&mut x, 30.0);
+        assert_eq!(x[0], 0.0);
+        assert!((x[1] - 30.0 * (1.0f32 / 30.0).tanh()).abs() < 1e-7);
+        assert!((x[1] - 1.0).abs() < 1e-3 && (x[2] + 1.0).abs() < 1e-3);
+        assert!(x[3] < 30.0 && x[3] > 29.0 && x[4] == -30.0);
+    }
+}

@@ -1,0 +1,332 @@
+//! AVX2 (+ FMA + F16C) attention kernels, bit-identical to `scalar.rs`: the same roundings
+//! in the same order. Scores run eight keys per register (one lane per key, each lane a
+//! sequential sum over the dimensions); value accumulation keeps up to 64 dimensions of the
+//! accumulator in registers across keys, rounding to f16 after every step exactly as a
+//! store and reload would.
+//!
+//! Every function here requires AVX2, FMA and F16C (its `target_feature`s), which the table
+//! in `mod.rs` guarantees, and the page bounds its safe wrapper checks: each page offset plus
+//! `rows · bs` elements lies inside the arena slice. The raw loads below rely on that.
+
+use std::arch::x86_64::*;
+
+use half::f16;
+
+/// Rounds eight floats to f16 and back (`vcvtps2ph` with round-to-nearest-even).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn r16(x: __m256) -> __m256 {
+    _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn round_f16(x: &[f32], out: &mut [f32]) {
+    let n8 = x.len() / 8 * 8;
+    for (o, c) in out[..n8].chunks_exact_mut(8).zip(x[..n8].chunks_exact(8)) {
+        // SAFETY: `c` and `o` hold exactly 8 floats each.
+        unsafe { _mm256_storeu_ps(o.as_mut_ptr(), r16(_mm256_loadu_ps(c.as_ptr()))) };
+    }
+    super::scalar::round_f16(&x[n8..], &mut out[n8..]);
+}
+
+/// Where group `g` (eight consecutive slots) of the pages starts in the arena, and where its
+/// eight scores go in `out`.
+#[inline(always)]
+fn group(pages: &[usize], bs: usize, gpp: usize, g: usize) -> (usize, usize) {
+    let (p, r) = (g / gpp, g % gpp);
+    (pages[p] + r * 8, p * bs + r * 8)
+}
+
+macro_rules! scores_kernel {
+    ($name:ident, $elem:ty, $load:ident, $tail:path) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn $name(
+            q: &[f32],
+            k: &[$elem],
+            pages: &[usize],
+            bs: usize,
+            scale: f32,
+            out: &mut [f32],
+        ) {
+            let gpp = bs / 8;
+            let n_groups = pages.len() * gpp;
+            let sc = _mm256_set1_ps(scale);
+            let kp = k.as_ptr();
+            let mut g = 0;
+            // Four groups at once: four independent FMA chains hide the FMA latency.
+            while g + 4 <= n_groups {
+                let gs = [
+                    group(pages, bs, gpp, g),
+                    group(pages, bs, gpp, g + 1),
+                    group(pages, bs, gpp, g + 2),
+                    group(pages, bs, gpp, g + 3),
+                ];
+                let mut a = [_mm256_set1_ps(-0.0); 4];
+                for (d, &qd) in q.iter().enumerate() {
+                    let qv = _mm256_set1_ps(qd);
+                    for (ai, &(src, _)) in a.iter_mut().zip(&gs) {
+                        // SAFETY: slot group `src..src + 8` of dimension row `d < q.len()`
+                        // lies in its page, which the wrapper checked is inside `k`.
+                        let kv = unsafe { $load(kp.add(src + d * bs)) };
+                        *ai = _mm256_fmadd_ps(qv, kv, *ai);
+                    }
+                }
+                for (ai, &(_, dst)) in a.iter().zip(&gs) {
+                    let o = &mut out[dst..dst + 8];
+                    // SAFETY: `o` holds exactly 8 floats.
+                    unsafe { _mm256_storeu_ps(o.as_mut_ptr(), _mm256_mul_ps(*ai, sc)) };
+                }
+                g += 4;
+            }
+            while g < n_groups {
+                let (src, dst) = group(pages, bs, gpp, g);
+                let mut a = _mm256_set1_ps(-0.0);
+                for (d, &qd) in q.iter().enumerate() {
+                    // SAFETY: as above.
+                    let kv = unsafe { $load(kp.add(src + d * bs)) };
+                    a = _mm256_fmadd_ps(_mm256_set1_ps(qd), kv, a);
+                }
+                let o = &mut out[dst..dst + 8];
+                // SAFETY: `o` holds exactly 8 floats.
+                unsafe { _mm256_storeu_ps(o.as_mut_ptr(), _mm256_mul_ps(a, sc)) };
+                g += 1;
+            }
+            // Slots past the last whole group of eight (page sizes not a multiple of 8).
+            if gpp * 8 < bs {
+                for (&page, o) in pages.iter().zip(out.chunks_exact_mut(bs)) {
+                    for slot in gpp * 8..bs {
+                        o[slot] = $tail(q, k, page, bs, slot) * scale;
+                    }
+                }
+            }
+        }
+    };
+}
+
+/// Eight halves at `p` widened to f32.
+///
+/// # Safety
+/// `p..p + 8` must be readable.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load_f16x8(p: *const f16) -> __m256 {
+    // SAFETY: the caller guarantees 16 readable bytes; unaligned load.
+    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(p.cast()) })
+}
+
+/// Eight floats at `p`.
+///
+/// # Safety
+/// `p..p + 8` must be readable.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load_f32x8(p: *const f32) -> __m256 {
+    // SAFETY: the caller guarantees 32 readable bytes; unaligned load.
+    unsafe { _mm256_loadu_ps(p) }
+}
+
+/// One slot's sequential f16 score (the scalar oracle's loop; exact products, so the plain
+/// add equals the fused step).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn tail_f16(q: &[f32], k: &[f16], page: usize, bs: usize, slot: usize) -> f32 {
+    let mut acc = -0.0f32;
+    for (d, &qd) in q.iter().enumerate() {
+        acc += qd * k[page + d * bs + slot].to_f32();
+    }
+    acc
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn tail_f32(q: &[f32], k: &[f32], page: usize, bs: usize, slot: usize) -> f32 {
+    let mut acc = -0.0f32;
+    for (d, &qd) in q.iter().enumerate() {
+        acc = qd.mul_add(k[page + d * bs + slot], acc);
+    }
+    acc
+}
+
+scores_kernel!(scores_f16, f16, load_f16x8, tail_f16);
+scores_kernel!(scores_f32, f32, load_f32x8, tail_f32);
+
+/// Walks keys `first..first + n` across `pages` without a division per key: yields each
+/// key's row offset (rows of `row` elements).
+struct Rows<'a> {
+    pages: &'a [usize],
+    bs: usize,
+    row: usize,
+    page: usize,
+    slot: usize,
+}
+
+impl<'a> Rows<'a> {
+    fn new(pages: &'a [usize], bs: usize, row: usize, first: usize) -> Self {
+        Rows {
+            pages,
+            bs,
+            row,
+            page: first / bs,
+            slot: first % bs,
+        }
+    }
+
+    #[inline(always)]
+    fn next_row(&mut self) -> usize {
+        let at = self.pages[self.page] + self.slot * self.row;
+        self.slot += 1;
+        if self.slot == self.bs {
+            self.slot = 0;
+            self.page += 1;
+        }
+        at
+    }
+}
+
+/// `N` registers (8·N dimensions from `d0`) of an f16 accumulator through all keys.
+///
+/// # Safety
+/// `acc[d0..d0 + 8N]` must exist and every key row `r` must have `v[r + d0..r + d0 + 8N]`
+/// (guaranteed by the wrapper's page check, as `d0 + 8N ≤ acc.len()`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn accum_f16_regs<const N: usize>(
+    acc: &mut [f16],
+    v: &[f16],
+    pages: &[usize],
+    bs: usize,
+    first: usize,
+    ms: &[f32],
+    vs: &[f32],
+    d0: usize,
+) {
+    let dv = acc.len();
+    let ap = acc[d0..d0 + 8 * N].as_mut_ptr();
+    let mut a = [_mm256_setzero_ps(); N];
+    for (j, aj) in a.iter_mut().enumerate() {
+        // SAFETY: `ap` points at 8·N halves.
+        *aj = unsafe { load_f16x8(ap.add(8 * j)) };
+    }
+    let vp = v.as_ptr();
+    let mut rows = Rows::new(pages, bs, dv, first);
+    for (&m, &w) in ms.iter().zip(vs) {
+        let row = rows.next_row() + d0;
+        if m != 1.0 {
+            let mv = _mm256_set1_ps(m);
+            for aj in a.iter_mut() {
+                *aj = r16(_mm256_mul_ps(*aj, mv));
+            }
+        }
+        let wv = _mm256_set1_ps(w);
+        for (j, aj) in a.iter_mut().enumerate() {
+            // SAFETY: the key's row holds `dv ≥ d0 + 8N` halves inside a checked page.
+            let x = unsafe { load_f16x8(vp.add(row + 8 * j)) };
+            *aj = r16(_mm256_fmadd_ps(x, wv, *aj));
+        }
+    }
+    for (j, aj) in a.iter().enumerate() {
+        let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(*aj);
+        // SAFETY: `ap` points at 8·N halves.
+        unsafe { _mm_storeu_si128(ap.add(8 * j).cast(), h) };
+    }
+}
+
+/// As [`accum_f16_regs`] for an f32 accumulator.
+///
+/// # Safety
+/// As [`accum_f16_regs`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn accum_f32_regs<const N: usize>(
+    acc: &mut [f32],
+    v: &[f32],
+    pages: &[usize],
+    bs: usize,
+    first: usize,
+    ms: &[f32],
+    vs: &[f32],
+    d0: usize,
+) {
+    let dv = acc.len();
+    let ap = acc[d0..d0 + 8 * N].as_mut_ptr();
+    let mut a = [_mm256_setzero_ps(); N];
+    for (j, aj) in a.iter_mut().enumerate() {
+        // SAFETY: `ap` points at 8·N floats.
+        *aj = unsafe { _mm256_loadu_ps(ap.add(8 * j)) };
+    }
+    let vp = v.as_ptr();
+    let mut rows = Rows::new(pages, bs, dv, first);
+    for (&m, &w) in ms.iter().zip(vs) {
+        let row = rows.next_row() + d0;
+        if m != 1.0 {
+            let mv = _mm256_set1_ps(m);
+            for aj in a.iter_mut() {
+                *aj = _mm256_mul_ps(*aj, mv);
+            }
+        }
+        let wv = _mm256_set1_ps(w);
+        for (j, aj) in a.iter_mut().enumerate() {
+            // SAFETY: as in `accum_f16_regs`.
+            let x = unsafe { _mm256_loadu_ps(vp.add(row + 8 * j)) };
+            *aj = _mm256_fmadd_ps(x, wv, *aj);
+        }
+    }
+    for (j, aj) in a.iter().enumerate() {
+        // SAFETY: `ap` points at 8·N floats.
+        unsafe { _mm256_storeu_ps(ap.add(8 * j), *aj) };
+    }
+}
+
+macro_rules! accum_kernel {
+    ($name:ident, $elem:ty, $regs:ident, $scalar_step:expr) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn $name(
+            acc: &mut [$elem],
+            v: &[$elem],
+            pages: &[usize],
+            bs: usize,
+            first: usize,
+            ms: &[f32],
+            vs: &[f32],
+        ) {
+            let dv = acc.len();
+            let mut d0 = 0;
+            while d0 + 64 <= dv {
+                // SAFETY: `d0 + 64 ≤ dv`; pages checked by the wrapper.
+                unsafe { $regs::<8>(acc, v, pages, bs, first, ms, vs, d0) };
+                d0 += 64;
+            }
+            while d0 + 8 <= dv {
+                // SAFETY: `d0 + 8 ≤ dv`; pages checked by the wrapper.
+                unsafe { $regs::<1>(acc, v, pages, bs, first, ms, vs, d0) };
+                d0 += 8;
+            }
+            if d0 < dv {
+                let mut rows = Rows::new(pages, bs, dv, first);
+                for (&m, &w) in ms.iter().zip(vs) {
+                    let row = rows.next_row();
+                    let step: fn(&mut $elem, $elem, f32, f32) = $scalar_step;
+                    for d in d0..dv {
+                        step(&mut acc[d], v[row + d], m, w);
+                    }
+                }
+            }
+        }
+    };
+}
+
+accum_kernel!(accum_f16, f16, accum_f16_regs, |a, x, m, w| {
+    let mut y = a.to_f32();
+    if m != 1.0 {
+        y = f16::from_f32(y * m).to_f32();
+    }
+    *a = f16::from_f32(x.to_f32().mul_add(w, y));
+});
+accum_kernel!(accum_f32, f32, accum_f32_regs, |a, x, m, w| {
+    if m != 1.0 {
+        *a *= m;
+    }
+    *a = x.mul_add(w, *a);
+});

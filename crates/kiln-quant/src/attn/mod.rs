@@ -1,0 +1,279 @@
+//! The inner loops of attention over a paged KV cache, and the conversion of K/V rows to
+//! their stored types.
+//!
+//! The arithmetic is that of ggml's CPU flash attention with an f16 cache, with one
+//! summation order fixed so a SIMD kernel can reproduce it bit for bit:
+//!
+//! - **Scores** ([`AttnKernels::scores_f16`], [`AttnKernels::scores_f32`]): for each key,
+//!   `s = (Σ_d q[d]·k[d]) · scale`, the sum taken *sequentially* over `d` from `-0.0`, one
+//!   rounding per term. For f16 keys the query has been rounded to f16 ([`AttnKernels::round_f16`])
+//!   so every product is exact in f32 and the sum is the plain f32 sum; for f32 keys each step
+//!   is a fused multiply-add. Keys are stored *dimension-major* within a page
+//!   (`k[d·bs + slot]`), so the SIMD kernels run eight keys per register, each lane its own
+//!   sequential sum: no horizontal reduction, and the scalar loop is the exact oracle.
+//! - **Values** ([`AttnKernels::accum_f16`], [`AttnKernels::accum_f32`]): given, per key, the
+//!   rescale factor `ms` (1 unless the key raised the running maximum) and the weight `vs`,
+//!   the accumulator becomes `acc = round(acc · ms)` (when `ms ≠ 1`) then
+//!   `acc = round(fma(v, vs, acc))`, elementwise, keys in order. `round` is to f16 for the
+//!   f16 accumulator (ggml's `ggml_vec_scale_f16` / `ggml_vec_mad_f16` with F16C) and the
+//!   identity for f32. Elementwise operations have no order to get wrong, so any split of the
+//!   dimensions or of the keys into calls gives the same bits.
+//!
+//! The online-softmax bookkeeping between the two (running maximum, `exp`, running sum) is
+//! scalar and belongs to the caller, as do the page tables: every kernel takes the *offsets*
+//! of the pages it reads (`pages`, in elements) into one arena slice and the page size `bs`
+//! (tokens per page).
+//!
+//! Which ISA implements what ([`AttnKernels::implementations`]):
+//!
+//! | kernel | scalar | avx2 |
+//! |---|---|---|
+//! | `round_f16`, `scores_f16`, `scores_f32`, `accum_f16`, `accum_f32` | ✓ (oracle) | ✓ (bit-identical) |
+//! | [`store_row`] F16, Q8_0 | ✓ | ✓ (kiln-quant activation converters) |
+//! | [`store_row`] F32, Q4_0, Q4_1, Q5_0 | ✓ | scalar (not hot: once per token) |
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+mod scalar;
+mod store;
+
+use half::f16;
+
+use crate::isa::{Isa, active_isa};
+
+pub use store::{KV_STORE_TYPES, store_row};
+
+/// `q` (f32, rounded to f16 or not) against `pages` of keys: `out[p·bs + j]` is the scaled
+/// score of slot `j` of page `p`.
+pub(crate) type ScoresF16Fn =
+    unsafe fn(q: &[f32], k: &[f16], pages: &[usize], bs: usize, scale: f32, out: &mut [f32]);
+pub(crate) type ScoresF32Fn =
+    unsafe fn(q: &[f32], k: &[f32], pages: &[usize], bs: usize, scale: f32, out: &mut [f32]);
+/// Accumulates keys `first..first + ms.len()` (counted across `pages`) into `acc`.
+pub(crate) type AccumF16Fn = unsafe fn(
+    acc: &mut [f16],
+    v: &[f16],
+    pages: &[usize],
+    bs: usize,
+    first: usize,
+    ms: &[f32],
+    vs: &[f32],
+);
+pub(crate) type AccumF32Fn = unsafe fn(
+    acc: &mut [f32],
+    v: &[f32],
+    pages: &[usize],
+    bs: usize,
+    first: usize,
+    ms: &[f32],
+    vs: &[f32],
+);
+pub(crate) type RoundFn = unsafe fn(x: &[f32], out: &mut [f32]);
+
+/// The attention kernels of one instruction set. The `unsafe fn` entries require the CPU to
+/// support `isa` and the slice bounds the safe methods check; a `&AttnKernels` comes only
+/// from [`attn_kernels_for`], which checks the CPU, so holding one is the proof of the first.
+pub struct AttnKernels {
+    isa: Isa,
+    round_f16: (Isa, RoundFn),
+    scores_f16: (Isa, ScoresF16Fn),
+    scores_f32: (Isa, ScoresF32Fn),
+    accum_f16: (Isa, AccumF16Fn),
+    accum_f32: (Isa, AccumF32Fn),
+}
+
+static SCALAR: AttnKernels = AttnKernels {
+    isa: Isa::Scalar,
+    round_f16: (Isa::Scalar, scalar::round_f16),
+    scores_f16: (Isa::Scalar, scalar::scores_f16),
+    scores_f32: (Isa::Scalar, scalar::scores_f32),
+    accum_f16: (Isa::Scalar, scalar::accum_f16),
+    accum_f32: (Isa::Scalar, scalar::accum_f32),
+};
+
+#[cfg(target_arch = "x86_64")]
+static AVX2: AttnKernels = AttnKernels {
+    isa: Isa::Avx2,
+    round_f16: (Isa::Avx2, avx2::round_f16),
+    scores_f16: (Isa::Avx2, avx2::scores_f16),
+    scores_f32: (Isa::Avx2, avx2::scores_f32),
+    accum_f16: (Isa::Avx2, avx2::accum_f16),
+    accum_f32: (Isa::Avx2, avx2::accum_f32),
+};
+
+/// The attention kernels for `isa`, if this CPU has it and Kiln has kernels for it (the
+/// same ISAs as [`crate::kernels_for`]).
+pub fn attn_kernels_for(isa: Isa) -> Option<&'static AttnKernels> {
+    match isa {
+        Isa::Scalar => Some(&SCALAR),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 if isa.cpu_has() => Some(&AVX2),
+        // A wider x86 level (when Kiln has kernels for it) runs the AVX2 attention kernels.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 if Isa::Avx2.cpu_has() && crate::kernels_for(isa).is_some() => Some(&AVX2),
+        // Other ISAs have matmul kernels first; attention runs scalar there.
+        _ if crate::kernels_for(isa).is_some() => Some(&SCALAR),
+        _ => None,
+    }
+}
+
+/// The attention kernels of [`active_isa`].
+///
+/// # Panics
+/// As [`active_isa`]: when `KILN_ISA` asks for something this machine cannot do.
+pub fn attn_kernels() -> &'static AttnKernels {
+    match attn_kernels_for(active_isa()) {
+        Some(k) => k,
+        None => unreachable!("the active ISA always has kernels"),
+    }
+}
+
+/// Checks that every page of `page_elems` elements starting at an offset in `pages` lies in
+/// an arena of `arena_len` elements.
+fn check_pages(pages: &[usize], page_elems: usize, arena_len: usize) {
+    for &p in pages {
+        assert!(
+            p.checked_add(page_elems)
+                .is_some_and(|end| end <= arena_len),
+            "page at {p} (+{page_elems}) outside an arena of {arena_len}"
+        );
+    }
+}
+
+impl AttnKernels {
+    /// The instruction set of this table.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// Which ISA implements each kernel (kernel name, ISA).
+    pub fn implementations(&self) -> Vec<(&'static str, Isa)> {
+        vec![
+            ("round_f16", self.round_f16.0),
+            ("scores_f16", self.scores_f16.0),
+            ("scores_f32", self.scores_f32.0),
+            ("accum_f16", self.accum_f16.0),
+            ("accum_f32", self.accum_f32.0),
+        ]
+    }
+
+    /// `out[i] = f32(f16(x[i]))`, rounding to nearest even (the f16 query of ggml's flash
+    /// attention with an f16 cache).
+    ///
+    /// # Panics
+    /// If the lengths differ.
+    pub fn round_f16(&self, x: &[f32], out: &mut [f32]) {
+        assert_eq!(x.len(), out.len(), "round_f16: length mismatch");
+        // SAFETY: the table exists only for a CPU with its ISA; lengths checked.
+        unsafe { (self.round_f16.1)(x, out) }
+    }
+
+    /// Scores of one query against whole pages of f16 keys stored dimension-major
+    /// (`k[page + d·bs + slot]`, `d < q.len()`): `out[p·bs + slot] = (Σ_d q[d]·k) · scale`,
+    /// summed sequentially over `d`. `q` must already be f16-rounded for ggml's arithmetic.
+    /// Slots past a sequence's end are computed too (from whatever the page holds) and are
+    /// the caller's to ignore.
+    ///
+    /// # Panics
+    /// If `out.len() != pages.len() · bs` or a page lies outside `k`.
+    pub fn scores_f16(
+        &self,
+        q: &[f32],
+        k: &[f16],
+        pages: &[usize],
+        bs: usize,
+        scale: f32,
+        out: &mut [f32],
+    ) {
+        assert_eq!(out.len(), pages.len() * bs, "scores_f16: output length");
+        check_pages(pages, q.len() * bs, k.len());
+        // SAFETY: the table exists only for a CPU with its ISA; bounds checked above.
+        unsafe { (self.scores_f16.1)(q, k, pages, bs, scale, out) }
+    }
+
+    /// [`AttnKernels::scores_f16`] for f32 keys: each step `acc = fma(q[d], k, acc)`.
+    ///
+    /// # Panics
+    /// As [`AttnKernels::scores_f16`].
+    pub fn scores_f32(
+        &self,
+        q: &[f32],
+        k: &[f32],
+        pages: &[usize],
+        bs: usize,
+        scale: f32,
+        out: &mut [f32],
+    ) {
+        assert_eq!(out.len(), pages.len() * bs, "scores_f32: output length");
+        check_pages(pages, q.len() * bs, k.len());
+        // SAFETY: as in `scores_f16`.
+        unsafe { (self.scores_f32.1)(q, k, pages, bs, scale, out) }
+    }
+
+    /// Accumulates value rows into an f16 accumulator of `acc.len()` dimensions. Key `i` of
+    /// `ms`/`vs` is key `first + i` counted across `pages`, i.e. the row at
+    /// `v[pages[key / bs] + (key % bs) · acc.len()..]`. For each key in order:
+    /// `acc = f16(acc · ms)` if `ms ≠ 1`, then `acc = f16(fma(v, vs, acc))`.
+    ///
+    /// # Panics
+    /// If `ms` and `vs` differ in length, the keys run past the pages, or a page lies
+    /// outside `v`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn accum_f16(
+        &self,
+        acc: &mut [f16],
+        v: &[f16],
+        pages: &[usize],
+        bs: usize,
+        first: usize,
+        ms: &[f32],
+        vs: &[f32],
+    ) {
+        check_accum(acc.len(), v.len(), pages, bs, first, ms, vs);
+        // SAFETY: as in `scores_f16`.
+        unsafe { (self.accum_f16.1)(acc, v, pages, bs, first, ms, vs) }
+    }
+
+    /// [`AttnKernels::accum_f16`] with an f32 accumulator: `acc = acc · ms` if `ms ≠ 1`,
+    /// then `acc = fma(v, vs, acc)`.
+    ///
+    /// # Panics
+    /// As [`AttnKernels::accum_f16`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn accum_f32(
+        &self,
+        acc: &mut [f32],
+        v: &[f32],
+        pages: &[usize],
+        bs: usize,
+        first: usize,
+        ms: &[f32],
+        vs: &[f32],
+    ) {
+        check_accum(acc.len(), v.len(), pages, bs, first, ms, vs);
+        // SAFETY: as in `scores_f16`.
+        unsafe { (self.accum_f32.1)(acc, v, pages, bs, first, ms, vs) }
+    }
+}
+
+fn check_accum(
+    dv: usize,
+    v_len: usize,
+    pages: &[usize],
+    bs: usize,
+    first: usize,
+    ms: &[f32],
+    vs: &[f32],
+) {
+    assert_eq!(ms.len(), vs.len(), "accum: ms and vs lengths differ");
+    assert!(
+        first + ms.len() <= pages.len() * bs,
+        "accum: keys {first}..{} run past {} pages of {bs}",
+        first + ms.len(),
+        pages.len()
+    );
+    check_pages(pages, dv * bs, v_len);
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,101 @@
+//! The scalar attention kernels: the readable definition every SIMD kernel must equal bit
+//! for bit (see the module docs for the arithmetic).
+
+use half::f16;
+
+pub(super) fn round_f16(x: &[f32], out: &mut [f32]) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = f16::from_f32(v).to_f32();
+    }
+}
+
+/// Offset of key `key` (counted across `pages`) in its arena, for rows of `row` elements.
+#[inline(always)]
+pub(super) fn row_start(pages: &[usize], bs: usize, key: usize, row: usize) -> usize {
+    pages[key / bs] + (key % bs) * row
+}
+
+pub(super) fn scores_f16(
+    q: &[f32],
+    k: &[f16],
+    pages: &[usize],
+    bs: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    for (&page, out) in pages.iter().zip(out.chunks_exact_mut(bs)) {
+        for (slot, o) in out.iter_mut().enumerate() {
+            // Products of two f16 values are exact in f32: `acc + q·k` is the fused step.
+            let mut acc = -0.0f32;
+            for (d, &qd) in q.iter().enumerate() {
+                acc += qd * k[page + d * bs + slot].to_f32();
+            }
+            *o = acc * scale;
+        }
+    }
+}
+
+pub(super) fn scores_f32(
+    q: &[f32],
+    k: &[f32],
+    pages: &[usize],
+    bs: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    for (&page, out) in pages.iter().zip(out.chunks_exact_mut(bs)) {
+        for (slot, o) in out.iter_mut().enumerate() {
+            let mut acc = -0.0f32;
+            for (d, &qd) in q.iter().enumerate() {
+                acc = qd.mul_add(k[page + d * bs + slot], acc);
+            }
+            *o = acc * scale;
+        }
+    }
+}
+
+pub(super) fn accum_f16(
+    acc: &mut [f16],
+    v: &[f16],
+    pages: &[usize],
+    bs: usize,
+    first: usize,
+    ms: &[f32],
+    vs: &[f32],
+) {
+    let dv = acc.len();
+    for (i, (&m, &w)) in ms.iter().zip(vs).enumerate() {
+        let row = row_start(pages, bs, first + i, dv);
+        if m != 1.0 {
+            for a in acc.iter_mut() {
+                *a = f16::from_f32(a.to_f32() * m);
+            }
+        }
+        for (a, x) in acc.iter_mut().zip(&v[row..row + dv]) {
+            *a = f16::from_f32(x.to_f32().mul_add(w, a.to_f32()));
+        }
+    }
+}
+
+pub(super) fn accum_f32(
+    acc: &mut [f32],
+    v: &[f32],
+    pages: &[usize],
+    bs: usize,
+    first: usize,
+    ms: &[f32],
+    vs: &[f32],
+) {
+    let dv = acc.len();
+    for (i, (&m, &w)) in ms.iter().zip(vs).enumerate() {
+        let row = row_start(pages, bs, first + i, dv);
+        if m != 1.0 {
+            for a in acc.iter_mut() {
+                *a *= m;
+            }
+        }
+        for (a, &x) in acc.iter_mut().zip(&v[row..row + dv]) {
+            *a = x.mul_add(w, *a);
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! One runner feeds every ISA's attention kernels the same inputs (dimensions, page sizes,
+//! page orders, key ranges, tails) and demands the scalar oracle's bits.
+
+use half::f16;
+use proptest::prelude::*;
+
+use super::{AttnKernels, SCALAR, attn_kernels_for, store_row};
+use crate::isa::Isa;
+use crate::kernels_for;
+
+/// Every table this machine can run besides the oracle.
+fn fast_tables() -> Vec<&'static AttnKernels> {
+    Isa::ALL
+        .into_iter()
+        .filter(|&i| i != Isa::Scalar)
+        .filter_map(attn_kernels_for)
+        .collect()
+}
+
+/// A deterministic pseudo-random stream (xorshift) of values of roughly unit size, with
+/// occasional large, tiny and zero values.
+struct Gen(u64);
+
+impl Gen {
+    fn next(&mut self) -> f32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        let u = (self.0 >> 40) as f32 / (1u64 << 24) as f32;
+        match self.0 % 29 {
+            0 => 0.0,
+            1 => (u - 0.5) * 300.0,
+            2 => (u - 0.5) * 1e-6,
+            _ => (u - 0.5) * 4.0,
+        }
+    }
+
+    fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.next()).collect()
+    }
+}
+
+/// Shuffled page offsets: `n_pages` pages of `page` elements scattered in an arena with one
+/// spare page, so a kernel that ignores the table reads the wrong data.
+fn page_table(n_pages: usize, page: usize, seed: u64) -> (Vec<usize>, usize) {
+    let mut order: Vec<usize> = (0..=n_pages).collect();
+    let mut s = seed | 1;
+    for i in (1..order.len()).rev() {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        order.swap(i, (s >> 33) as usize % (i + 1));
+    }
+    (
+        order[..n_pages].iter().map(|&o| o * page).collect(),
+        (n_pages + 1) * page,
+    )
+}
+
+fn check_case(hd: usize, dv: usize, bs: usize, n_pages: usize, seed: u64) {
+    let mut g = Gen(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut q = g.vec(hd);
+    let (pages, arena) = page_table(n_pages, hd * bs, seed);
+    let k32 = g.vec(arena);
+    let k16: Vec<f16> = k32.iter().map(|&x| f16::from_f32(x)).collect();
+    let (vpages, varena) = page_table(n_pages, dv * bs, seed ^ 0xABCD);
+    let v32 = g.vec(varena);
+    let v16: Vec<f16> = v32.iter().map(|&x| f16::from_f32(x)).collect();
+    let scale = 0.125 + (seed % 7) as f32 * 0.01;
+
+    let mut q16 = vec![0.0; hd];
+    SCALAR.round_f16(&q, &mut q16);
+    let mut want16 = vec![0.0; n_pages * bs];
+    SCALAR.scores_f16(&q16, &k16, &pages, bs, scale, &mut want16);
+    let mut want32 = vec![0.0; n_pages * bs];
+    SCALAR.scores_f32(&q, &k32, &pages, bs, scale, &mut want32);
+
+    // Weights as the softmax would produce them: a few rescales among ordinary steps.
+    let n_keys = n_pages * bs;
+    let first = (seed as usize) % (n_keys / 2 + 1);
+    let n = n_keys - first - (seed as usize / 3) % (n_keys - first + 1);
+    let ms: Vec<f32> = (0..n)
+        .map(|i| {
+            if i % 5 == 0 {
+                0.5 + g.next().abs() * 0.1
+            } else {
+                1.0
+            }
+        })
+        .collect();
+    let vs: Vec<f32> = (0..n).map(|_| g.next().abs().min(1.0)).collect();
+    let acc0: Vec<f32> = g.vec(dv);
+    let mut want_a16: Vec<f16> = acc0.iter().map(|&x| f16::from_f32(x)).collect();
+    SCALAR.accum_f16(&mut want_a16, &v16, &vpages, bs, first, &ms, &vs);
+    let mut want_a32 = acc0.clone();
+    SCALAR.accum_f32(&mut want_a32, &v32, &vpages, bs, first, &ms, &vs);
+
+    for k in fast_tables() {
+        let mut r = vec![0.0; hd];
+        k.round_f16(&q, &mut r);
+        assert_eq!(bits(&r), bits(&q16), "{} round_f16 hd {hd}", k.isa());
+        let mut got = vec![0.0; n_pages * bs];
+        k.scores_f16(&q16, &k16, &pages, bs, scale, &mut got);
+        assert_eq!(
+            bits(&got),
+            bits(&want16),
+            "{} scores_f16 hd {hd} bs {bs}",
+            k.isa()
+        );
+        k.scores_f32(&q, &k32, &pages, bs, scale, &mut got);
+        assert_eq!(
+            bits(&got),
+            bits(&want32),
+            "{} scores_f32 hd {hd} bs {bs}",
+            k.isa()
+        );
+        let mut a16: Vec<f16> = acc0.iter().map(|&x| f16::from_f32(x)).collect();
+        k.accum_f16(&mut a16, &v16, &vpages, bs, first, &ms, &vs);
+        assert_eq!(
+            a16.iter().map(|h| h.to_bits()).collect::<Vec<_>>(),
+            want_a16.iter().map(|h| h.to_bits()).collect::<Vec<_>>(),
+            "{} accum_f16 dv {dv} bs {bs} keys {first}+{n}",
+            k.isa()
+        );
+        let mut a32 = acc0.clone();
+        k.accum_f32(&mut a32, &v32, &vpages, bs, first, &ms, &vs);
+        assert_eq!(bits(&a32), bits(&want_a32), "{} accum_f32 dv {dv}", k.isa());
+    }
+    q.clear();
+}
+
+fn bits(x: &[f32]) -> Vec<u32> {
+    x.iter().map(|v| v.to_bits()).collect()
+}
+
+#[test]
+fn simd_kernels_equal_the_scalar_oracle_across_shapes() {
+    let mut seed = 1;
+    for hd in [1, 7, 8, 31, 32, 64, 80, 128, 256] {
+        for bs in [1, 3, 8, 15, 16, 24, 32] {
+            for n_pages in [1, 2, 5] {
+                check_case(hd, hd, bs, n_pages, seed);
+                check_case(hd, (hd * 3).div_ceil(2), bs, n_pages, seed + 1);
+                seed += 2;
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn simd_kernels_equal_the_scalar_oracle_on_random_shapes(
+        hd in 1usize..140, dv in 1usize..140, bs in 1usize..40, n_pages in 1usize..6, seed in any::<u64>()
+    ) {
+        check_case(hd, dv, bs, n_pages, seed);
+    }
+}
+
+#[test]
+fn scores_are_sequential_sums_of_exact_products() {
+    // A case where the order matters: 1 + 2^-24 + 2^-24 … rounds differently from a tree.
+    let hd = 8;
+    let q = [1.0f32; 8];
+    let vals = [1.0f32, 1e-4, 1e-4, 1e-4, 1e-4, 1e-4, 1e-4, -1.0];
+    let k: Vec<f16> = vals.iter().map(|&x| f16::from_f32(x)).collect();
+    let mut out = [0.0f32];
+    SCALAR.scores_f16(&q, &k, &[0], 1, 1.0, &mut out);
+    let mut want = -0.0f32;
+    for x in &k {
+        want += x.to_f32();
+    }
+    assert_eq!(out[0].to_bits(), want.to_bits());
+    assert_eq!(hd, k.len());
+}
+
+#[test]
+fn every_isa_with_matmul_kernels_has_attention_kernels() {
+    for isa in Isa::ALL {
+        assert_eq!(
+            attn_kernels_for(isa).is_some(),
+            kernels_for(isa).is_some(),
+            "{isa}"
+        );
+    }
+    #[cfg(target_arch = "x86_64")]
+    assert_eq!(
+        !fast_tables().is_empty(),
+        Isa::Avx2.cpu_has(),
+        "the oracle is compared"
+    );
+    for k in fast_tables() {
+        assert!(k.implementations().iter().all(|&(_, i)| i == k.isa()));
+    }
+}
+
+#[test]
+fn stored_rows_round_trip_within_each_types_step() {
+    let mut g = Gen(7);
+    for ty in super::KV_STORE_TYPES {
+        let x = g.vec(256);
+        let mut bytes = vec![0u8; 256 / ty.block_elems() * ty.block_bytes()];
+        store_row(ty, &x, &mut bytes).expect("store");
+        let mut back = vec![0.0f32; 256];
+        crate::dequantize_row(ty, &bytes, &mut back).expect("dequantize");
+        for (blk, (xs, ys)) in x.chunks(32).zip(back.chunks(32)).enumerate() {
+            let amax = xs.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let range = xs.iter().fold(f32::MIN, |m, &v| m.max(v))
+                - xs.iter().fold(f32::MAX, |m, &v| m.min(v));
+            // Half a quantization step, plus the f16 rounding of the scale (and minimum)
+            // times the largest code; Q4_0 / Q5_0 clamp the code of `-max` one step short.
+            let f16_scale = amax * 2e-3;
+            let bound = match ty.name() {
+                "F32" => 0.0,
+                "F16" => amax * 2f32.powi(-11),
+                "Q8_0" => amax / 127.0 * 0.5 + f16_scale,
+                "Q4_0" => amax / 8.0 * 1.5 + f16_scale,
+                "Q5_0" => amax / 16.0 * 1.5 + f16_scale,
+                "Q4_1" => range / 15.0 * 0.5 + f16_scale,
+                other => panic!("no bound for {other}"),
+            };
+            for (a, b) in xs.iter().zip(ys) {
+                assert!(
+                    (a - b).abs() <= bound,
+                    "{} block {blk}: {a} -> {b} (bound {bound})",
+                    ty.name()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn storing_an_unsupported_type_is_an_error() {
+    let e = store_row(kiln_format::GgmlType::Q6_K, &[0.0; 256], &mut [0u8; 210]);
+    assert!(e.is_err());
+    let e = store_row(kiln_format::GgmlType::Q8_0, &[0.0; 33], &mut [0u8; 34]);
+    assert!(e.is_err());
+}

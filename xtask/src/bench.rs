@@ -1,0 +1,202 @@
+//! `cargo xtask bench perf | kl`: the benchmark suites. Each builds the release `kiln`
+//! binary, drives it as a user would, and writes JSON, Markdown and SVG plots under
+//! `<target>/kiln-bench/<suite>/`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::XtaskError;
+use crate::bench_kl;
+use crate::bench_perf;
+
+pub fn run(args: &[String]) -> Result<(), XtaskError> {
+    match args.split_first() {
+        Some((suite, rest)) if suite == "perf" => bench_perf::run(rest),
+        Some((suite, rest)) if suite == "kl" => bench_kl::run(rest),
+        _ => Err(bad("expected a suite: perf or kl")),
+    }
+}
+
+pub fn bad(message: impl Into<String>) -> XtaskError {
+    XtaskError::BadArguments {
+        command: "bench",
+        message: message.into(),
+    }
+}
+
+pub fn failed(step: &'static str, detail: impl Into<String>) -> XtaskError {
+    XtaskError::StepFailed {
+        step,
+        detail: detail.into(),
+    }
+}
+
+/// The workspace root (the parent of `xtask/`).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+/// Cargo's target directory: `CARGO_TARGET_DIR` or `<workspace>/target`.
+pub fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(d) => {
+            let d = PathBuf::from(d);
+            if d.is_absolute() {
+                d
+            } else {
+                workspace_root().join(d)
+            }
+        }
+        None => workspace_root().join("target"),
+    }
+}
+
+/// `<target>/kiln-bench/<suite>`, created.
+pub fn out_dir(suite: &str) -> Result<PathBuf, XtaskError> {
+    let d = target_dir().join("kiln-bench").join(suite);
+    std::fs::create_dir_all(&d)
+        .map_err(|e| failed("output", format!("cannot create {}: {e}", d.display())))?;
+    Ok(d)
+}
+
+/// Builds the release `kiln` binary and returns its path.
+pub fn build_kiln() -> Result<Kiln, XtaskError> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    eprintln!("xtask bench: building kiln (release)");
+    let status = Command::new(cargo)
+        .args(["build", "--release", "--quiet", "--package", "kiln-cli"])
+        .current_dir(workspace_root())
+        .status()
+        .map_err(|e| failed("build", format!("cannot run cargo: {e}")))?;
+    if !status.success() {
+        return Err(failed("build", format!("cargo build exited with {status}")));
+    }
+    let bin = target_dir().join("release").join("kiln");
+    if !bin.is_file() {
+        return Err(failed("build", format!("{} was not built", bin.display())));
+    }
+    Ok(Kiln { bin })
+}
+
+/// The `kiln` binary under test.
+pub struct Kiln {
+    pub bin: PathBuf,
+}
+
+impl Kiln {
+    pub fn command(&self) -> Command {
+        Command::new(&self.bin)
+    }
+
+    /// Whether `kiln <sub> --help` succeeds and mentions every one of `flags`: how the
+    /// suites find out which pieces the binary has.
+    pub fn supports(&self, sub: &str, flags: &[&str]) -> bool {
+        match self.command().args([sub, "--help"]).output() {
+            Ok(o) if o.status.success() => {
+                let help = String::from_utf8_lossy(&o.stdout);
+                flags.iter().all(|f| help.contains(f))
+            }
+            _ => false,
+        }
+    }
+
+    /// Runs `kiln args…`, failing with its stderr when it fails.
+    pub fn run(&self, step: &'static str, args: &[String]) -> Result<Output, XtaskError> {
+        let out = self
+            .command()
+            .args(args)
+            .output()
+            .map_err(|e| failed(step, format!("cannot run {}: {e}", self.bin.display())))?;
+        if !out.status.success() {
+            return Err(failed(
+                step,
+                format!(
+                    "kiln {} exited with {}:\n{}",
+                    args.join(" "),
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim_end()
+                ),
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Runs `kiln args…` and parses its stdout as one JSON value.
+    pub fn json<T: serde::de::DeserializeOwned>(
+        &self,
+        step: &'static str,
+        args: &[String],
+    ) -> Result<T, XtaskError> {
+        let out = self.run(step, args)?;
+        serde_json::from_slice(&out.stdout).map_err(|e| {
+            failed(
+                step,
+                format!(
+                    "kiln {} printed no JSON ({e}):\n{}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&out.stdout)
+                ),
+            )
+        })
+    }
+}
+
+/// Splits a comma-separated option value.
+pub fn list(v: &str) -> Vec<String> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Parses a number option.
+pub fn number<T: std::str::FromStr>(flag: &str, v: Option<&String>) -> Result<T, XtaskError> {
+    let v = v.ok_or_else(|| bad(format!("{flag} needs a value")))?;
+    v.parse()
+        .map_err(|_| bad(format!("{flag}: '{v}' is not a valid number")))
+}
+
+/// Writes a file, naming it in the error.
+pub fn write(path: &Path, contents: impl AsRef<[u8]>) -> Result<(), XtaskError> {
+    std::fs::write(path, contents)
+        .map_err(|e| failed("output", format!("cannot write {}: {e}", path.display())))
+}
+
+/// The committed text slice the suites use (WikiText-2 test, CC BY-SA; see its SOURCE.md).
+pub fn fixture_text() -> PathBuf {
+    workspace_root().join("testdata/wikitext-2/wiki.test.head.raw")
+}
+
+/// Common header lines of a report.
+pub fn report_header(machine: &kiln_bench::Machine) -> String {
+    format!(
+        "- machine: {}\n- kiln {} ({}), measured {}\n",
+        machine.describe(),
+        env!("CARGO_PKG_VERSION"),
+        git_rev(),
+        unix_now()
+    )
+}
+
+fn git_rev() -> String {
+    Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(workspace_root())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map_or_else(
+            || "unknown revision".to_string(),
+            |o| format!("git {}", String::from_utf8_lossy(&o.stdout).trim()),
+        )
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}

@@ -1,0 +1,426 @@
+//! `cargo xtask bench perf`: the pp/tg throughput table of the real models (via
+//! `kiln bench`, llama-bench's method and field names), optionally beside llama.cpp's
+//! `llama-bench` measured in the same run, and streaming latency (TTFT, inter-token
+//! latency) of `kiln generate` as a user sees it ([`crate::bench_latency`]).
+
+use std::path::{Path, PathBuf};
+
+use kiln_bench::report::{Series, histogram_svg, lines_svg, markdown_table};
+use kiln_bench::{Machine, Spread};
+use serde::{Deserialize, Serialize};
+
+use crate::XtaskError;
+use crate::bench::{
+    bad, build_kiln, failed, list, number, out_dir, report_header, unix_now, write,
+};
+use crate::bench_latency::{LatencyEntry, stream_latency};
+
+const DEFAULT_MODELS: &[&str] = &["smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b"];
+
+struct PerfArgs {
+    models: Vec<String>,
+    threads: Vec<usize>,
+    reps: usize,
+    n_prompt: usize,
+    n_gen: usize,
+    llama_bench: Option<PathBuf>,
+    latency: bool,
+}
+
+fn parse(args: &[String]) -> Result<PerfArgs, XtaskError> {
+    let mut a = PerfArgs {
+        models: DEFAULT_MODELS.iter().map(|s| s.to_string()).collect(),
+        threads: vec![1, 2],
+        reps: 3,
+        n_prompt: 512,
+        n_gen: 128,
+        llama_bench: None,
+        latency: true,
+    };
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--models" | "-m" => {
+                a.models = list(it.next().ok_or_else(|| bad("--models needs a value"))?)
+            }
+            "--threads" | "-t" => {
+                a.threads = list(it.next().ok_or_else(|| bad("--threads needs a value"))?)
+                    .iter()
+                    .map(|t| number("--threads", Some(t)))
+                    .collect::<Result<_, _>>()?
+            }
+            "--reps" | "-r" => a.reps = number("--reps", it.next())?,
+            "-p" => a.n_prompt = number("-p", it.next())?,
+            "-n" => a.n_gen = number("-n", it.next())?,
+            "--llama-bench" => {
+                a.llama_bench = Some(PathBuf::from(
+                    it.next().ok_or_else(|| bad("--llama-bench needs a path"))?,
+                ))
+            }
+            "--no-latency" => a.latency = false,
+            other => return Err(bad(format!("bench perf: unknown argument '{other}'"))),
+        }
+    }
+    if a.models.is_empty() || a.threads.is_empty() || a.threads.contains(&0) || a.reps == 0 {
+        return Err(bad(
+            "bench perf needs models, thread counts ≥ 1 and at least one repetition",
+        ));
+    }
+    Ok(a)
+}
+
+/// One row of `kiln bench -o json` or `llama-bench -o json` (the fields both print).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+struct BenchRow {
+    model_filename: String,
+    #[serde(default)]
+    model_type: String,
+    n_prompt: usize,
+    n_gen: usize,
+    n_threads: usize,
+    avg_ts: f64,
+    stddev_ts: f64,
+    #[serde(default)]
+    samples_ts: Vec<f64>,
+}
+
+impl BenchRow {
+    fn test(&self) -> String {
+        if self.n_gen == 0 {
+            format!("pp{}", self.n_prompt)
+        } else {
+            format!("tg{}", self.n_gen)
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct PerfRow {
+    model: String,
+    quant: String,
+    test: String,
+    n_threads: usize,
+    kiln: Spread,
+    llama_cpp: Option<Spread>,
+    /// kiln mean / llama.cpp mean.
+    ratio: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct PerfReport<'a> {
+    machine: &'a Machine,
+    loadavg_after: Option<[f64; 3]>,
+    n_prompt: usize,
+    n_gen: usize,
+    repetitions: usize,
+    threads: &'a [usize],
+    rows: &'a [PerfRow],
+    latency: &'a [LatencyEntry],
+    timestamp: u64,
+}
+
+fn spread(row: &BenchRow) -> Spread {
+    Spread::of(&row.samples_ts).unwrap_or(Spread {
+        n: 1,
+        mean: row.avg_ts,
+        sd: row.stddev_ts,
+        min: row.avg_ts,
+        max: row.avg_ts,
+        median: row.avg_ts,
+    })
+}
+
+fn fmt_spread(s: &Spread) -> String {
+    format!("{:.1} ± {:.1}", s.mean, s.sd)
+}
+
+pub fn run(args: &[String]) -> Result<(), XtaskError> {
+    let a = parse(args)?;
+    let kiln = build_kiln()?;
+    if !kiln.supports("bench", &["--n-prompt", "--repetitions", "--output"]) {
+        return Err(failed(
+            "perf",
+            "this kiln has no `kiln bench` (llama-bench-style throughput); build one that does",
+        ));
+    }
+    let out = out_dir("perf")?;
+    let machine = Machine::detect();
+    eprintln!("xtask bench perf: {}", machine.describe());
+    let threads = a
+        .threads
+        .iter()
+        .map(|t| t.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut rows = Vec::new();
+    let mut latency = Vec::new();
+    for model in &a.models {
+        let path = kiln_hub::resolve(model)
+            .map_err(|e| failed("perf", format!("{model}: {e} (run `cargo xtask models`)")))?;
+        eprintln!(
+            "xtask bench perf: {model}: kiln bench -t {threads} -r {}",
+            a.reps
+        );
+        let kiln_rows: Vec<BenchRow> = kiln.json(
+            "perf",
+            &[
+                "bench".into(),
+                "-m".into(),
+                path.display().to_string(),
+                "-p".into(),
+                a.n_prompt.to_string(),
+                "-n".into(),
+                a.n_gen.to_string(),
+                "-t".into(),
+                threads.clone(),
+                "-r".into(),
+                a.reps.to_string(),
+                "-o".into(),
+                "json".into(),
+            ],
+        )?;
+        let llama_rows = match &a.llama_bench {
+            Some(lb) => llama_bench(lb, &path, &a, &threads)?,
+            None => Vec::new(),
+        };
+        for r in &kiln_rows {
+            let k = spread(r);
+            let l = llama_rows
+                .iter()
+                .find(|l| l.test() == r.test() && l.n_threads == r.n_threads)
+                .map(spread);
+            rows.push(PerfRow {
+                model: model.clone(),
+                quant: r.model_type.clone(),
+                test: r.test(),
+                n_threads: r.n_threads,
+                ratio: l.as_ref().map(|l| k.mean / l.mean),
+                kiln: k,
+                llama_cpp: l,
+            });
+        }
+        if a.latency {
+            let t = a.threads.iter().copied().max().unwrap_or(1);
+            latency.push(stream_latency(&kiln, model, &path, t, a.reps, a.n_gen)?);
+        }
+    }
+    write_report(&out, &a, &machine, &rows, &latency)
+}
+
+fn llama_bench(
+    bin: &Path,
+    model: &Path,
+    a: &PerfArgs,
+    threads: &str,
+) -> Result<Vec<BenchRow>, XtaskError> {
+    eprintln!("xtask bench perf: llama-bench -t {threads} -r {}", a.reps);
+    let o = std::process::Command::new(bin)
+        .args(["-m", &model.display().to_string()])
+        .args(["-p", &a.n_prompt.to_string(), "-n", &a.n_gen.to_string()])
+        .args(["-t", threads, "-r", &a.reps.to_string(), "-o", "json"])
+        .output()
+        .map_err(|e| failed("llama-bench", format!("cannot run {}: {e}", bin.display())))?;
+    if !o.status.success() {
+        return Err(failed(
+            "llama-bench",
+            format!(
+                "exited with {}: {}",
+                o.status,
+                String::from_utf8_lossy(&o.stderr)
+            ),
+        ));
+    }
+    serde_json::from_slice(&o.stdout)
+        .map_err(|e| failed("llama-bench", format!("unreadable JSON: {e}")))
+}
+
+fn write_report(
+    out: &Path,
+    a: &PerfArgs,
+    machine: &Machine,
+    rows: &[PerfRow],
+    latency: &[LatencyEntry],
+) -> Result<(), XtaskError> {
+    let plot_err = |e: kiln_bench::BenchError| failed("plot", e.to_string());
+    let report = PerfReport {
+        machine,
+        loadavg_after: kiln_bench::result::loadavg(),
+        n_prompt: a.n_prompt,
+        n_gen: a.n_gen,
+        repetitions: a.reps,
+        threads: &a.threads,
+        rows,
+        latency,
+        timestamp: unix_now(),
+    };
+    let json = serde_json::to_string_pretty(&report)
+        .map_err(|e| failed("output", format!("cannot encode the report: {e}")))?;
+    write(&out.join("perf.json"), json)?;
+
+    let mut md = format!("# kiln bench perf\n\n{}", report_header(machine));
+    md.push_str(&format!(
+        "- method: `kiln bench` (llama-bench's: warm-up, then {} repetitions; pp = {} tokens \
+         in one context, tg = {} tokens one at a time), tokens/s as mean ± sample sd\n",
+        a.reps, a.n_prompt, a.n_gen
+    ));
+    if let Some(l) = report.loadavg_after {
+        md.push_str(&format!(
+            "- load average after the run: {:.2} {:.2} {:.2} (above the core count means \
+             the figures are disturbed)\n",
+            l[0], l[1], l[2]
+        ));
+    }
+    let table: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.model.clone(),
+                r.quant.clone(),
+                r.test.clone(),
+                r.n_threads.to_string(),
+                fmt_spread(&r.kiln),
+                r.llama_cpp.as_ref().map_or("–".into(), fmt_spread),
+                r.ratio.map_or("–".into(), |x| format!("{x:.2}×")),
+            ]
+        })
+        .collect();
+    md.push_str("\n## Throughput (tokens/s)\n\n");
+    md.push_str(&markdown_table(
+        &[
+            "model",
+            "quant",
+            "test",
+            "threads",
+            "kiln",
+            "llama.cpp (same run)",
+            "kiln / llama.cpp",
+        ],
+        &table,
+    ));
+    for model in &a.models {
+        let mut series = Vec::new();
+        for test in [format!("pp{}", a.n_prompt), format!("tg{}", a.n_gen)] {
+            let pick = |f: &dyn Fn(&PerfRow) -> Option<Spread>| {
+                rows.iter()
+                    .filter(|r| &r.model == model && r.test == test)
+                    .filter_map(|r| f(r).map(|s| (r.n_threads as f64, s.mean, s.sd)))
+                    .collect::<Vec<_>>()
+            };
+            let k = pick(&|r| Some(r.kiln.clone()));
+            if !k.is_empty() {
+                series.push(Series {
+                    name: format!("kiln {test}"),
+                    points: k,
+                });
+            }
+            let l = pick(&|r| r.llama_cpp.clone());
+            if !l.is_empty() {
+                series.push(Series {
+                    name: format!("llama.cpp {test}"),
+                    points: l,
+                });
+            }
+        }
+        if series.is_empty() {
+            continue;
+        }
+        let name = format!("tps-{model}.svg");
+        lines_svg(
+            &out.join(&name),
+            &format!("{model}: tokens/s per thread count"),
+            "threads",
+            "tokens/s",
+            &series,
+        )
+        .map_err(plot_err)?;
+        md.push_str(&format!("\n![{model} tokens/s]({name})\n"));
+    }
+    if !latency.is_empty() {
+        md.push_str(&format!(
+            "\n## Streaming latency (`kiln generate`, greedy, {} tokens, short prompt)\n\n\
+             TTFT is from process start to the first streamed text (so it includes start-up \
+             and model load); ITL is the gap between consecutive writes to stdout. Throughput \
+             is the median over runs with a seeded bootstrap 95% interval; runs stop once their \
+             CV is below 5% (at least {} runs).\n\n",
+            a.n_gen, a.reps
+        ));
+        let ms = |x: f64| format!("{x:.1}");
+        let lat: Vec<Vec<String>> = latency
+            .iter()
+            .map(|l| {
+                let s = &l.summary;
+                let r = &l.result;
+                vec![
+                    l.model.clone(),
+                    r.config.threads.to_string(),
+                    r.iterations.to_string(),
+                    r.model_load_ms.map_or("–".into(), ms),
+                    s.ttft.as_ref().map_or("–".into(), |t| {
+                        format!("{} / {} / {}", ms(t.p50_ms), ms(t.p95_ms), ms(t.p99_ms))
+                    }),
+                    s.itl.as_ref().map_or("–".into(), |i| {
+                        format!(
+                            "{} ± {} / {} / {}",
+                            ms(i.median_ms),
+                            ms(i.std_dev_ms),
+                            ms(i.p99_ms),
+                            ms(i.p999_ms)
+                        )
+                    }),
+                    match (s.throughput_median, s.throughput_ci_95) {
+                        (Some(m), Some(ci)) => {
+                            format!("{m:.1} [{:.1}, {:.1}]", ci.lower, ci.upper)
+                        }
+                        _ => "–".into(),
+                    },
+                    format!("{:.3}", s.cv_final),
+                    r.peak_memory_bytes.map_or("–".into(), |b| {
+                        format!("{:.0} MiB", b as f64 / (1u64 << 20) as f64)
+                    }),
+                    s.joules_per_token
+                        .map_or("not metered".into(), |j| format!("{j:.3} J")),
+                ]
+            })
+            .collect();
+        md.push_str(&markdown_table(
+            &[
+                "model",
+                "threads",
+                "runs",
+                "load ms",
+                "TTFT p50 / p95 / p99 ms",
+                "ITL median ± sd / p99 / p99.9 ms",
+                "gen tokens/s [95% CI]",
+                "CV",
+                "peak RSS",
+                "energy/token",
+            ],
+            &lat,
+        ));
+        for l in latency {
+            if l.result.itl_ms.is_empty() {
+                continue;
+            }
+            let name = format!("itl-{}.svg", l.model);
+            histogram_svg(
+                &out.join(&name),
+                &format!(
+                    "{}: inter-token latency, {} threads",
+                    l.model, l.result.config.threads
+                ),
+                "ms",
+                &l.result.itl_ms,
+                40,
+            )
+            .map_err(plot_err)?;
+            md.push_str(&format!("\n![{} ITL histogram]({name})\n", l.model));
+        }
+    }
+    write(&out.join("perf.md"), &md)?;
+    println!("{md}");
+    eprintln!(
+        "xtask bench perf: report in {}",
+        out.join("perf.md").display()
+    );
+    Ok(())
+}
