@@ -1,4 +1,4 @@
-//! `cargo xtask bench perf | kl`: the benchmark suites. Each builds the release `kiln`
+//! `cargo xtask bench perf | kl | convoy`: the benchmark suites. Each builds the release `kiln`
 //! binary, drives it as a user would, and writes JSON, Markdown and SVG plots under
 //! `<target>/kiln-bench/<suite>/`.
 
@@ -13,7 +13,8 @@ pub fn run(args: &[String]) -> Result<(), XtaskError> {
     match args.split_first() {
         Some((suite, rest)) if suite == "perf" => bench_perf::run(rest),
         Some((suite, rest)) if suite == "kl" => bench_kl::run(rest),
-        _ => Err(bad("expected a suite: perf or kl")),
+        Some((suite, rest)) if suite == "convoy" => crate::bench_convoy::run(rest),
+        _ => Err(bad("expected a suite: perf, kl or convoy")),
     }
 }
 

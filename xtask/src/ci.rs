@@ -1,5 +1,6 @@
-//! `cargo xtask ci`: the single gate. Formatting, lints, the real models, then every test
-//! in release (model-level tests need optimised code).
+//! `cargo xtask ci`: the single gate. The aarch64 (NEON) build check when that target is
+//! installed, formatting, lints, the real models, then every test in the `ci` profile
+//! (release optimisation without LTO: model-level tests need optimised code).
 
 use std::process::Command;
 
@@ -22,7 +23,8 @@ const STEPS: &[Step] = &[
             "clippy",
             "--workspace",
             "--all-targets",
-            "--release",
+            "--profile",
+            "ci",
             "--",
             "-D",
             "warnings",
@@ -32,7 +34,8 @@ const STEPS: &[Step] = &[
         name: "models",
         args: &[
             "run",
-            "--release",
+            "--profile",
+            "ci",
             "--quiet",
             "--package",
             "xtask",
@@ -42,7 +45,7 @@ const STEPS: &[Step] = &[
     },
     Step {
         name: "test",
-        args: &["test", "--workspace", "--release"],
+        args: &["test", "--workspace", "--profile", "ci"],
     },
 ];
 
@@ -69,6 +72,11 @@ pub fn run(args: &[String]) -> Result<(), XtaskError> {
         }
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    if skip.contains(&"neon") {
+        eprintln!("xtask ci: skipping neon");
+    } else {
+        neon_check(&cargo)?;
+    }
     for step in STEPS {
         if skip.contains(&step.name) {
             eprintln!("xtask ci: skipping {}", step.name);
@@ -96,5 +104,53 @@ pub fn run(args: &[String]) -> Result<(), XtaskError> {
             started.elapsed().as_secs_f64()
         );
     }
+    Ok(())
+}
+
+/// The aarch64 target kiln-quant's NEON code is checked for.
+const AARCH64: &str = "aarch64-unknown-linux-gnu";
+
+/// `cargo check --target aarch64-unknown-linux-gnu -p kiln-quant`: that the kernels crate
+/// (its `cfg(target_arch)` gates, the aarch64 dispatch) builds for ARM. Under a minute once
+/// the dependencies are cached. Skipped, with the reason, when the Rust target is not
+/// installed — a machine without it must not fail the gate. The kernel tests under
+/// qemu-user are a separate, manual command (docs/kernels.md).
+fn neon_check(cargo: &str) -> Result<(), XtaskError> {
+    let installed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .is_some_and(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .any(|l| l.trim() == AARCH64)
+        });
+    if !installed {
+        eprintln!(
+            "xtask ci: skipping neon: the Rust target {AARCH64} is not installed \
+             (rustup target add {AARCH64})"
+        );
+        return Ok(());
+    }
+    eprintln!("xtask ci: neon (cargo check --target {AARCH64} -p kiln-quant)");
+    let started = std::time::Instant::now();
+    let status = Command::new(cargo)
+        .args(["check", "--target", AARCH64, "--package", "kiln-quant"])
+        .status()
+        .map_err(|e| XtaskError::StepFailed {
+            step: "neon",
+            detail: format!("cannot run cargo: {e}"),
+        })?;
+    if !status.success() {
+        return Err(XtaskError::StepFailed {
+            step: "neon",
+            detail: format!("exited with {status}"),
+        });
+    }
+    eprintln!(
+        "xtask ci: neon passed in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }

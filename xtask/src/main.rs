@@ -4,10 +4,12 @@
 //! dispatches on the first argument.
 
 mod bench;
+mod bench_convoy;
 mod bench_kl;
 mod bench_latency;
 mod bench_perf;
 mod ci;
+mod fuzz;
 mod models;
 
 use std::process::ExitCode;
@@ -32,13 +34,19 @@ const USAGE: &str = "\
 usage: cargo xtask <command> [args]
 
 commands:
-  ci [--skip STEP]...          the gate: format, lint, models, test (release)
+  ci [--skip STEP]...          the gate: neon (aarch64 check, skipped if the target is
+                               absent), format, lint, models, test (release)
   models [--quiet] [NAME...]   fetch the known models (all when no NAME) into the cache
   bench perf [--models A,B] [--threads 1,2] [--reps N] [-p N] [-n N] [--llama-bench PATH]
              [--no-latency]    pp/tg tokens/s table (mean ± sd) and streaming latency
   bench kl [--model M] [--chunks N] [--types T,..] [--kv T,..] [--threads N] [--text FILE]
                                quality: KL divergence per weight type and KV type vs f32
-  (bench reports: JSON, Markdown and SVG plots under <target>/kiln-bench/)";
+  bench convoy [--model M] [--scale F] [--shorts N] [--longs N] [--clients N] [--threads N]
+             [--kv-memory SIZE] serving: short requests alone vs mixed with long ones
+                               through `kiln serve` (TTFT/ITL p50/p99, HOL, KV fragmentation)
+  (bench reports: JSON, Markdown and SVG plots under <target>/kiln-bench/)
+  fuzz [--target T,..] [--seconds N] [--rss-mb N] [-- LIBFUZZER_ARGS]
+                               run the cargo-fuzz targets (nightly) N s each (default 60)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -50,6 +58,7 @@ fn main() -> ExitCode {
         "ci" => ci::run(rest),
         "models" => models::run(rest),
         "bench" => bench::run(rest),
+        "fuzz" => fuzz::run(rest),
         "help" | "-h" | "--help" => {
             println!("{USAGE}");
             Ok(())

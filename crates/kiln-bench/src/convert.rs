@@ -2,6 +2,11 @@
 //! metadata and tokenizer kept. It is the reference that requantized copies are measured
 //! against in `cargo xtask bench kl` (the dequantized weights are exactly what the
 //! quantized model computes with, so the copy is the quantized model's "f32 source").
+//!
+//! [`quantize_model`] goes the other way (`kiln quantize`): every weight matrix of a GGUF
+//! requantized to a block type with the ggml-reference quantizers of
+//! [`kiln_model::quantize`], metadata and tokenizer kept, so the file loads in Kiln and in
+//! llama.cpp.
 
 use std::path::Path;
 
@@ -25,24 +30,127 @@ pub fn dominant_type(file: &GgufFile) -> String {
         .map_or_else(|| "none".to_string(), |(ty, _)| ty.name().to_string())
 }
 
-/// `general.file_type` values (llama.cpp's `llama_ftype`).
+/// `general.file_type` values (llama.cpp's `llama_ftype`). A whole-file Q4_K is written
+/// as `Q4_K_M` (15), the value `llama-quantize --pure Q4_K_M` writes.
 fn file_type_of(ty: GgmlType) -> Option<u32> {
     match ty {
         GgmlType::F32 => Some(0),
         GgmlType::F16 => Some(1),
+        GgmlType::Q4_0 => Some(2),
+        GgmlType::Q8_0 => Some(7),
+        GgmlType::Q4_K => Some(15),
         _ => None,
     }
 }
 
-/// Writes `src` with every tensor converted to `to` (F32 or F16); 1-D tensors stay F32 as
-/// llama.cpp keeps norms. Returns the bytes written.
-pub fn dequantize_model(src: &GgufFile, to: GgmlType, out: &Path) -> Result<u64, BenchError> {
+/// The types [`convert_model`] writes: F32, F16 and the quantizers' types.
+pub fn convert_types() -> Vec<GgmlType> {
+    let mut v = vec![GgmlType::F32, GgmlType::F16];
+    v.extend_from_slice(kiln_model::QUANTIZE_TYPES);
+    v
+}
+
+/// What [`quantize_model`] did to one tensor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorPlan {
+    pub name: String,
+    pub from: GgmlType,
+    pub to: GgmlType,
+}
+
+/// Writes `src` to `out` with every weight matrix (a tensor of two or more dimensions whose
+/// name ends in `.weight`) quantized to `to` (Q8_0, Q4_0 or Q4_K), as `llama-quantize`
+/// does: a matrix whose rows are not a whole number of `to`'s blocks falls
+/// back to Q8_0 (or keeps its stored type if not even that fits); the output head
+/// (`output.weight`, or `token_embd.weight` when the head is tied to it) is kept at Q8_0
+/// (llama-quantize: Q6_K); a matrix already of its target type is copied unchanged; 1-D
+/// tensors (norms, biases) become F32. Metadata (the
+/// tokenizer with it) is copied, `general.file_type` set. Returns what happened to each
+/// tensor and the bytes written.
+pub fn quantize_model(
+    src: &GgufFile,
+    to: GgmlType,
+    out: &Path,
+) -> Result<(Vec<TensorPlan>, u64), BenchError> {
+    if !kiln_model::QUANTIZE_TYPES.contains(&to) {
+        return Err(BenchError::UnsupportedTarget {
+            type_name: to.name(),
+        });
+    }
     let Some(file_type) = file_type_of(to) else {
         return Err(BenchError::UnsupportedTarget {
             type_name: to.name(),
         });
     };
     let mut w = GgufWriter::new();
+    copy_metadata(src, &mut w, file_type)?;
+    let has_output = src.tensor_info("output.weight").is_some();
+    let mut plan = Vec::new();
+    for info in src.tensors() {
+        let data = src.tensor_data(info);
+        let cols = info.row_len() as usize;
+        let rows = info.n_rows() as usize;
+        let is_matrix = info.dims.len() >= 2 && info.name.ends_with(".weight");
+        // The output head (the token embedding when the head is tied to it) decides every
+        // logit: llama-quantize keeps it at Q6_K for the 4-bit types; Kiln, without a Q6_K
+        // quantizer yet, keeps it at Q8_0.
+        let is_head =
+            info.name == "output.weight" || (info.name == "token_embd.weight" && !has_output);
+        let want = if is_head && to != GgmlType::Q8_0 {
+            GgmlType::Q8_0
+        } else {
+            to
+        };
+        let target = if is_matrix {
+            kiln_model::quantize::fit(want, cols).unwrap_or(info.ty)
+        } else {
+            GgmlType::F32
+        };
+        let bytes = if target == info.ty {
+            data.to_vec()
+        } else if target == GgmlType::F32 {
+            let mut row = vec![0.0f32; info.n_elements() as usize];
+            kiln_quant::dequantize_row(info.ty, data, &mut row)?;
+            row.iter().flat_map(|x| x.to_le_bytes()).collect()
+        } else {
+            let m = kiln_quant::QMatrix::new(info.ty, rows, cols, data)?;
+            kiln_model::quantize::quantize_matrix(&m, target)?
+        };
+        w.add_tensor(info.name.clone(), target, &info.dims, bytes)?;
+        plan.push(TensorPlan {
+            name: info.name.clone(),
+            from: info.ty,
+            to: target,
+        });
+    }
+    Ok((plan, w.write_file(out)?))
+}
+
+/// [`dequantize_model`] for F32/F16, else [`quantize_model`].
+pub fn convert_model(
+    src: &GgufFile,
+    to: GgmlType,
+    out: &Path,
+) -> Result<(Vec<TensorPlan>, u64), BenchError> {
+    match to {
+        GgmlType::F32 | GgmlType::F16 => {
+            let bytes = dequantize_model(src, to, out)?;
+            let plan = src
+                .tensors()
+                .iter()
+                .map(|t| TensorPlan {
+                    name: t.name.clone(),
+                    from: t.ty,
+                    to: if t.dims.len() == 1 { GgmlType::F32 } else { to },
+                })
+                .collect();
+            Ok((plan, bytes))
+        }
+        _ => quantize_model(src, to, out),
+    }
+}
+
+fn copy_metadata(src: &GgufFile, w: &mut GgufWriter, file_type: u32) -> Result<(), BenchError> {
     for (key, value) in src.metadata().iter() {
         if key == "general.file_type" {
             w.add_metadata(key, file_type)?;
@@ -53,6 +161,24 @@ pub fn dequantize_model(src: &GgufFile, to: GgmlType, out: &Path) -> Result<u64,
     if !src.metadata().contains_key("general.file_type") {
         w.add_metadata("general.file_type", file_type)?;
     }
+    Ok(())
+}
+
+/// Writes `src` with every tensor converted to `to` (F32 or F16); 1-D tensors stay F32 as
+/// llama.cpp keeps norms. Returns the bytes written.
+pub fn dequantize_model(src: &GgufFile, to: GgmlType, out: &Path) -> Result<u64, BenchError> {
+    let Some(file_type) = file_type_of(to) else {
+        return Err(BenchError::UnsupportedTarget {
+            type_name: to.name(),
+        });
+    };
+    if !matches!(to, GgmlType::F32 | GgmlType::F16) {
+        return Err(BenchError::UnsupportedTarget {
+            type_name: to.name(),
+        });
+    }
+    let mut w = GgufWriter::new();
+    copy_metadata(src, &mut w, file_type)?;
     let mut row = Vec::new();
     for info in src.tensors() {
         let data = src.tensor_data(info);

@@ -73,7 +73,9 @@ pub enum BenchError {
     Format(#[from] kiln_format::FormatError),
     #[error(transparent)]
     Quant(#[from] kiln_quant::QuantError),
-    #[error("cannot convert a model to {type_name}: only F32 and F16")]
+    #[error(
+        "cannot convert a model to {type_name}: supported targets are F32, F16, Q8_0, Q4_0, Q4_K"
+    )]
     UnsupportedTarget { type_name: &'static str },
     #[error("plot {}: {detail}", path.display())]
     Plot { path: PathBuf, detail: String },

@@ -325,7 +325,11 @@ fn measure(
         n_prompt,
         n_gen,
         n_depth: 0,
-        test_time: format!("{:?}", std::time::SystemTime::now()),
+        test_time: iso8601_utc(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        ),
         avg_ns: mean(&ns_f) as u64,
         stddev_ns: stddev(&ns_f) as u64,
         avg_ts: mean(&samples_ts),
@@ -346,6 +350,28 @@ fn stddev(v: &[f64]) -> f64 {
     }
     let m = mean(v);
     (v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
+}
+
+/// `2026-11-21T23:30:05Z`, llama-bench's `test_time` format, from Unix seconds.
+fn iso8601_utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (proleptic Gregorian; Howard Hinnant's method).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3_600,
+        rem % 3_600 / 60,
+        rem % 60
+    )
 }
 
 fn cpu_name() -> String {
@@ -388,6 +414,13 @@ mod tests {
     fn stddev_is_the_sample_deviation() {
         assert_eq!(stddev(&[1.0]), 0.0);
         assert!((stddev(&[1.0, 3.0]) - std::f64::consts::SQRT_2).abs() < 1e-12);
+    }
+
+    #[test]
+    fn test_time_is_iso_8601_utc_like_llama_bench() {
+        assert_eq!(iso8601_utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(iso8601_utc(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(iso8601_utc(1_795_304_892), "2026-11-21T23:48:12Z");
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! message), and `kiln chat`, an interactive conversation that reads lines from stdin
 //! (a terminal or a pipe), streams each reply, keeps the history within the context
 //! window by dropping the oldest turns (never the system prompt), and says so plainly
-//! when even a single message cannot fit.
+//! when even a single message cannot fit. `--stop`, `--json-schema` and `--grammar` apply
+//! to each reply on its own.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
@@ -11,7 +12,7 @@ use std::sync::Arc;
 use clap::Args;
 use kiln_format::Metadata;
 use kiln_model::{Logits, Model, Session};
-use kiln_sample::Sampler;
+use kiln_sample::{Grammar, GrammarCache, Matcher, Sampler, StopStrings, Vocab};
 use kiln_tokenizer::chat::{ChatTemplate, Conversation, RenderOptions, SpecialTokens};
 use kiln_tokenizer::{HfTokenizerConfig, StreamDecoder, Tokenizer};
 
@@ -197,6 +198,8 @@ pub fn run(args: ChatCommandArgs) -> Result<(), CliError> {
         return Err(CliError::Usage("--ctx-size must be at least 2".into()));
     }
     let sampler_cfg = args.sampling.config(n_ctx)?;
+    let stops = args.sampling.stop_strings()?;
+    let grammar = args.sampling.grammar(&GrammarCache::new(1))?;
     let vocab = crate::args::sampling::vocab(&tokenizer);
     let interactive = std::io::stdin().is_terminal();
     if interactive {
@@ -215,7 +218,10 @@ pub fn run(args: ChatCommandArgs) -> Result<(), CliError> {
             conv: base_conversation(&args.template)?,
             session: Session::new(Arc::clone(&model), n_ctx, 512),
             evaluated: Vec::new(),
-            sampler: Sampler::with_vocab(sampler_cfg, vocab),
+            sampler: Sampler::with_vocab(sampler_cfg, Arc::clone(&vocab)),
+            stops,
+            grammar,
+            vocab,
             n_ctx,
             reserve: args.n_predict.min(n_ctx / 2).max(1),
             n_predict: args.n_predict,
@@ -264,6 +270,11 @@ struct Chat<'a> {
     /// The ids whose keys and values the session holds, in order.
     evaluated: Vec<u32>,
     sampler: Sampler,
+    /// `--stop`, reset for each reply.
+    stops: StopStrings,
+    /// `--json-schema` / `--grammar`: each reply starts a fresh match.
+    grammar: Option<Arc<Grammar>>,
+    vocab: Arc<Vocab>,
     n_ctx: usize,
     /// Context kept free for the reply when fitting the history.
     reserve: usize,
@@ -298,7 +309,14 @@ impl Chat<'_> {
         let stdout = std::io::stdout();
         let mut out = stdout.lock();
         let mut decoder = StreamDecoder::continuing(self.tok);
+        if let Some(g) = &self.grammar {
+            let matcher = Matcher::new(Arc::clone(g), Arc::clone(&self.vocab))?;
+            self.sampler.set_grammar(matcher);
+        }
+        self.stops.reset();
         let mut reply = String::new();
+        let mut emit = String::new();
+        let mut stopped = false;
         let mut cut = None;
         for generated in 0.. {
             if generated == self.n_predict {
@@ -309,10 +327,14 @@ impl Chat<'_> {
             if self.tok.is_eog(id) {
                 break;
             }
-            let piece = decoder.push(id);
-            out.write_all(piece.as_bytes())?;
+            emit.clear();
+            stopped = self.stops.push(&decoder.push(id), &mut emit).is_some();
+            out.write_all(emit.as_bytes())?;
             out.flush()?;
-            reply.push_str(&piece);
+            reply.push_str(&emit);
+            if stopped {
+                break;
+            }
             self.sampler.accept(id);
             if self.evaluated.len() >= self.n_ctx {
                 cut = Some(format!("the context of {} tokens is full", self.n_ctx));
@@ -321,7 +343,11 @@ impl Chat<'_> {
             logits = self.session.forward(&[id], Logits::Last)?;
             self.evaluated.push(id);
         }
-        let tail = decoder.finish();
+        let mut tail = String::new();
+        if !stopped {
+            self.stops.push(&decoder.finish(), &mut tail);
+            self.stops.finish(&mut tail);
+        }
         out.write_all(tail.as_bytes())?;
         reply.push_str(&tail);
         writeln!(out)?;

@@ -7,7 +7,9 @@ mod error;
 mod generate;
 mod inspect;
 mod perplexity;
+mod quantize;
 mod samples;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -43,6 +45,12 @@ enum Command {
     /// Chat with the model: reads messages line by line from stdin (a terminal or a
     /// pipe), streams each reply, and keeps the conversation within the context.
     Chat(chat::ChatCommandArgs),
+    /// Write a GGUF with its weight matrices quantized to another type (Q8_0, Q4_0, Q4_K,
+    /// F16, F32), keeping metadata and tokenizer.
+    Quantize(quantize::QuantizeArgs),
+    /// Serve the model over HTTP with an OpenAI-compatible API (`/v1/completions`,
+    /// `/v1/chat/completions`, SSE streaming, `/metrics`); see docs/serving.md.
+    Serve(serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -52,6 +60,8 @@ fn main() -> ExitCode {
         Command::Perplexity(args) => perplexity::run(args),
         Command::Chat(args) => chat::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Serve(args) => serve::run(args),
+        Command::Quantize(args) => quantize::run(args),
         Command::Inspect { file, full } => (|| {
             let path = kiln_hub::resolve(&file)?;
             let stdout = std::io::stdout();

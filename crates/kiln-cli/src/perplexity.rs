@@ -50,6 +50,10 @@ pub struct PerplexityArgs {
     /// KV cache types: one for K and V, or `K,V` (f32, f16, q8_0, q4_0, q4_1, q5_0).
     #[arg(long = "kv-type", value_name = "K[,V]", default_value = "f16")]
     kv_type: String,
+    /// Store quantized K/V rotated by a Walsh–Hadamard transform (as llama.cpp; `off` to
+    /// measure without it).
+    #[arg(long = "kv-rotation", value_name = "on|off", default_value = "on", value_parser = crate::args::kv::parse_on_off, action = clap::ArgAction::Set)]
+    kv_rotation: bool,
     /// Quantize the model's float weight matrices to this type when loading (Q8_0, Q4_0,
     /// Q4_K), e.g. to measure a type's quality against the float model.
     #[arg(long, value_name = "TYPE")]
@@ -131,6 +135,7 @@ pub fn run(args: PerplexityArgs) -> Result<(), CliError> {
     let kv = KvOptions {
         k_type,
         v_type,
+        rotation: args.kv_rotation,
         ..KvOptions::default()
     };
     let quantize = match &args.quantize {

@@ -2,6 +2,29 @@
 //!
 //! Requests, continuous batching, chunked prefill, prefix reuse and admission control.
 //!
-//! **Owns:** scheduling sequences onto the model.
+//! An [`Engine`] owns one model session on a scheduler thread. Requests ([`Request`],
+//! already tokenized) are submitted from any thread and stream [`Event`]s back through a
+//! [`RequestHandle`]. Every scheduler step runs one batched forward pass
+//! (`kiln_model::Session::forward_batch`) over the decode token of every running sequence
+//! plus chunks of waiting prompts, under a per-step token budget; see `docs/engine.md`.
+//!
+//! **Owns:** scheduling sequences onto the model: admission by free KV blocks, prefix-cache
+//! reuse, preemption by recomputation, cancellation, per-request sampling / stop strings /
+//! grammar / streaming text, per-request timings and engine metrics.
 //!
 //! **Must never:** parse HTTP or command-line arguments, or know wire formats.
+
+mod config;
+mod engine;
+mod error;
+mod metrics;
+mod request;
+mod scheduler;
+mod sequence;
+
+pub use config::EngineConfig;
+pub use engine::{Engine, RequestHandle};
+pub use error::EngineError;
+pub use kiln_sample::{Grammar, SamplerConfig, TokenLogprob};
+pub use metrics::{EngineMetrics, Histogram};
+pub use request::{Event, FinishReason, Request, RequestTimings, Usage};

@@ -6,7 +6,7 @@ use std::ops::Range;
 
 use half::f16;
 use kiln_quant::GgmlType;
-use kiln_quant::attn::store_row;
+use kiln_quant::attn::{hadamard_rotate, store_row};
 
 use crate::config::{KvConfig, PageLayout};
 use crate::pool::{NONE, Pool};
@@ -67,6 +67,8 @@ pub struct KvCache {
     pub(crate) compactions: u64,
     /// Row conversion scratch.
     row: Vec<u8>,
+    /// A head vector being rotated before it is stored.
+    rot: Vec<f32>,
 }
 
 impl KvCache {
@@ -83,6 +85,7 @@ impl KvCache {
         let kw = cfg.n_blocks * cfg.k_block_stride() / 8;
         let vw = cfg.n_blocks * cfg.v_block_stride() / 8;
         let row = vec![0u8; 4 * cfg.head_dim_k.max(cfg.head_dim_v)];
+        let rot = vec![0f32; cfg.head_dim_k.max(cfg.head_dim_v)];
         Ok(KvCache {
             k: (0..cfg.n_layer).map(|_| vec![0u64; kw]).collect(),
             v: (0..cfg.n_layer).map(|_| vec![0u64; vw]).collect(),
@@ -96,6 +99,7 @@ impl KvCache {
             cow_copies: 0,
             compactions: 0,
             row,
+            rot,
         })
     }
 
@@ -458,6 +462,7 @@ impl KvCache {
                 (PageLayout::TokenMajor, ty) => {
                     let rb = cfg.k_row_bytes();
                     let at = page + slot * rb;
+                    let src = rotated(&mut self.rot, src, cfg.k_rotation());
                     store_row(ty.ggml(), src, &mut k_arena[at..at + rb])?;
                 }
             }
@@ -467,12 +472,14 @@ impl KvCache {
         let rb = cfg.v_row_bytes();
         for (h, src) in v.chunks_exact(hv).enumerate() {
             let at = vbase + h * cfg.v_page_bytes() + slot * rb;
+            let src = rotated(&mut self.rot, src, cfg.v_rotation());
             store_row(cfg.v_type.ggml(), src, &mut v_arena[at..at + rb])?;
         }
         Ok(())
     }
 
-    /// Reads back position `pos` of one layer as `f32` (dequantized): `k` gets
+    /// Reads back position `pos` of one layer as `f32` (dequantized, and rotated back when
+    /// the stored form is rotated — [`KvConfig::k_rotation`]): `k` gets
     /// `n_kv_head · head_dim_k` values, `v` `n_kv_head · head_dim_v`.
     pub fn read(
         &self,
@@ -524,6 +531,9 @@ impl KvCache {
                     let rb = cfg.k_row_bytes();
                     let at = page + slot * rb;
                     kiln_quant::dequantize_row(ty.ggml(), &k_arena[at..at + rb], dst)?;
+                    if let Some(n) = cfg.k_rotation() {
+                        hadamard_rotate(dst, n);
+                    }
                 }
             }
         }
@@ -532,6 +542,9 @@ impl KvCache {
         for (h, dst) in v.chunks_exact_mut(hv).enumerate() {
             let at = b * cfg.v_block_stride() + h * cfg.v_page_bytes() + slot * rb;
             kiln_quant::dequantize_row(cfg.v_type.ggml(), &v_arena[at..at + rb], dst)?;
+            if let Some(n) = cfg.v_rotation() {
+                hadamard_rotate(dst, n);
+            }
         }
         Ok(())
     }
@@ -698,5 +711,18 @@ impl KvCache {
             tokens: 0,
             miss: Some(reason),
         })
+    }
+}
+
+/// `src`, or its copy in `buf` rotated by Walsh–Hadamard blocks of `n` values.
+fn rotated<'a>(buf: &'a mut [f32], src: &'a [f32], n: Option<usize>) -> &'a [f32] {
+    match n {
+        Some(n) => {
+            let r = &mut buf[..src.len()];
+            r.copy_from_slice(src);
+            hadamard_rotate(r, n);
+            r
+        }
+        None => src,
     }
 }

@@ -124,6 +124,10 @@ pub struct KvConfig {
     pub block_size: usize,
     /// Blocks in the pool.
     pub n_blocks: usize,
+    /// Store block-quantized K and V rotated by an orthonormal Walsh–Hadamard transform, as
+    /// llama.cpp does (`attn_rot_k` / `attn_rot_v`): see [`KvConfig::k_rotation`] and
+    /// [`KvConfig::v_rotation`]. Float types are never rotated, whatever this says.
+    pub rotate: bool,
 }
 
 /// Pages start on cache lines.
@@ -174,6 +178,30 @@ impl KvConfig {
             ));
         }
         Ok(())
+    }
+
+    /// The size of the Walsh–Hadamard blocks K vectors are stored rotated by, if they are:
+    /// when [`KvConfig::rotate`] is set, K is block-quantized and its head size is a multiple
+    /// of 64 (the largest power of two ≥ 64 dividing the head size). Readers of the stored
+    /// form must rotate queries the same way (`(H·q)·(H·k) = q·k`).
+    pub fn k_rotation(&self) -> Option<usize> {
+        if self.rotate && !self.k_type.is_float() {
+            kiln_quant::attn::key_rotation_size(self.head_dim_k)
+        } else {
+            None
+        }
+    }
+
+    /// The size of the Walsh–Hadamard blocks V vectors are stored rotated by, if they are
+    /// (64, when [`KvConfig::rotate`] is set, V is block-quantized and its head size a
+    /// multiple of 64). A weighted sum of rotated values is rotated back by the same
+    /// transform (`H·H = I`).
+    pub fn v_rotation(&self) -> Option<usize> {
+        if self.rotate && !self.v_type.is_float() {
+            kiln_quant::attn::value_rotation_size(self.head_dim_v)
+        } else {
+            None
+        }
     }
 
     /// How K is laid out in a page.

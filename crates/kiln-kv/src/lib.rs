@@ -7,7 +7,10 @@
 //! shares its blocks, and the first write to a shared block copies it (copy-on-write).
 //! Pages hold f32, f16 (default), q8_0, q4_0, q4_1 or q5_0 vectors, K and V chosen
 //! separately; rows are converted on write by `kiln_quant::attn::store_row`, and attention
-//! reads the stored form directly through a [`LayerView`].
+//! reads the stored form directly through a [`LayerView`]. Block-quantized rows are stored
+//! rotated by an orthonormal Walsh–Hadamard transform unless [`KvConfig::rotate`] is off
+//! (llama.cpp's `attn_rot_k` / `attn_rot_v`); readers of a view rotate queries and outputs
+//! to match ([`LayerView::k_rotation`], [`LayerView::v_rotation`]).
 //!
 //! Full blocks are also **content-addressed** for prefix caching: a block's key hashes its
 //! parent's key with its token ids, a lookup walks the chain and verifies every candidate's

@@ -70,6 +70,18 @@ impl<'a> LayerView<'a> {
         self.cfg.v_type
     }
 
+    /// The Walsh–Hadamard block size K is stored rotated by, if it is
+    /// ([`KvConfig::k_rotation`]): queries must be rotated the same way.
+    pub fn k_rotation(&self) -> Option<usize> {
+        self.cfg.k_rotation()
+    }
+
+    /// The Walsh–Hadamard block size V is stored rotated by, if it is
+    /// ([`KvConfig::v_rotation`]): the attention output must be rotated back.
+    pub fn v_rotation(&self) -> Option<usize> {
+        self.cfg.v_rotation()
+    }
+
     /// How K is laid out within a head's page.
     pub fn k_layout(&self) -> PageLayout {
         self.cfg.k_layout()

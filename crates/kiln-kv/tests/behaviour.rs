@@ -12,6 +12,7 @@ fn cfg(n_blocks: usize) -> KvConfig {
         v_type: KvType::F32,
         block_size: 4,
         n_blocks,
+        rotate: false,
     }
 }
 

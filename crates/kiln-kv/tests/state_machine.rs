@@ -164,6 +164,7 @@ fn run(ops: Vec<Op>) {
         v_type: KvType::F32,
         block_size: BS,
         n_blocks: BLOCKS,
+        rotate: false,
     };
     let mut c = KvCache::new(cfg).expect("cache");
     let mut m = Model {

@@ -10,7 +10,10 @@
 //! Other stored types (see `docs/kv-cache.md`): f32 K — f32 query, fused multiply-add dot;
 //! q8_0 / q4_0 / q4_1 / q5_0 K — the query quantized to the type's `vec_dot_type` and
 //! kiln-quant's integer dot (ggml's `vec_dot`); f32 or quantized V — rows (dequantized per
-//! block) accumulated in f32.
+//! block) accumulated in f32. Block-quantized K / V may be stored rotated by an orthonormal
+//! Walsh–Hadamard transform (llama.cpp's `attn_rot_k` / `attn_rot_v`, see
+//! `kiln_kv::KvConfig::k_rotation`): then each query is rotated the same way before it is
+//! quantized, and each output row is rotated back before the output projection.
 //!
 //! Every query row is computed independently, keys in position order with one fixed
 //! summation order, so results depend neither on the batch a row runs in nor on the thread
@@ -22,7 +25,7 @@
 use half::f16;
 use kiln_kv::{KvType, LayerView};
 use kiln_quant::GgmlType;
-use kiln_quant::attn::{AttnKernels, attn_kernels};
+use kiln_quant::attn::{AttnKernels, attn_kernels, hadamard_rotate};
 use rayon::prelude::*;
 
 use crate::{ModelConfig, ModelError};
@@ -241,11 +244,23 @@ fn run_tile(
         match k_type {
             KvType::F16 => ak.round_f16(src, &mut slot.q[r * hd..(r + 1) * hd]),
             KvType::F32 => slot.q[r * hd..(r + 1) * hd].copy_from_slice(src),
-            _ => kq.quantize_activations(
-                act_type(k_type),
-                src,
-                &mut slot.qa[r * qab..(r + 1) * qab],
-            )?,
+            _ => {
+                // Keys stored rotated: rotate the query alike, `(H·q)·(H·k) = q·k`.
+                let src = match kv.k_rotation() {
+                    Some(nrot) => {
+                        let qr = &mut slot.q[r * hd..(r + 1) * hd];
+                        qr.copy_from_slice(src);
+                        hadamard_rotate(qr, nrot);
+                        &*qr
+                    }
+                    None => src,
+                };
+                kq.quantize_activations(
+                    act_type(k_type),
+                    src,
+                    &mut slot.qa[r * qab..(r + 1) * qab],
+                )?
+            }
         }
         slot.max[r] = f32::NEG_INFINITY;
         slot.sum[r] = 0.0;
@@ -389,6 +404,10 @@ fn run_tile(
             for (o, a) in o.iter_mut().zip(&slot.acc32[r * hdv..(r + 1) * hdv]) {
                 *o = a * inv;
             }
+        }
+        // Values stored rotated: their weighted sum is rotated back (`H·H = I`).
+        if let Some(nrot) = kv.v_rotation() {
+            hadamard_rotate(o, nrot);
         }
     }
     Ok(())

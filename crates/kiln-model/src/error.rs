@@ -41,6 +41,10 @@ pub enum ModelError {
     /// A token id outside the vocabulary.
     #[error("token id {id} is outside the vocabulary of {vocab} tokens")]
     TokenOutOfRange { id: u32, vocab: usize },
+    /// A batched pass the session cannot run (too many tokens, a sequence twice, an
+    /// empty row).
+    #[error("invalid batch: {0}")]
+    InvalidBatch(String),
     /// `--quantize` asked for a type Kiln cannot quantize to.
     #[error("cannot quantize to {requested}; supported: {}", supported.join(", "))]
     UnsupportedQuantization {

@@ -19,6 +19,10 @@ pub struct KvOptions {
     /// Bytes for the whole cache; `None`: exactly enough for one sequence of the session's
     /// context.
     pub memory: Option<usize>,
+    /// Store block-quantized K / V rotated by an orthonormal Walsh–Hadamard transform
+    /// (default on, as llama.cpp; `--kv-rotation off`): much closer to f16 for q4/q5 keys.
+    /// Has no effect on f16 / f32 caches.
+    pub rotation: bool,
 }
 
 impl Default for KvOptions {
@@ -28,6 +32,7 @@ impl Default for KvOptions {
             v_type: KvType::F16,
             block_size: KvConfig::DEFAULT_BLOCK_SIZE,
             memory: None,
+            rotation: true,
         }
     }
 }
@@ -44,6 +49,7 @@ impl KvOptions {
             v_type: self.v_type,
             block_size: self.block_size,
             n_blocks,
+            rotate: self.rotation,
         }
     }
 

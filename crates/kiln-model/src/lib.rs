@@ -32,6 +32,6 @@ pub use error::ModelError;
 pub use hf::HF_MODEL_TYPES;
 pub use kiln_kv::{KvCache, KvError, KvStats, KvType, SeqId};
 pub use kv::{KvOptions, MemoryPlan};
-pub use model::{Logits, Model, Session};
+pub use model::{BatchSeq, Logits, Model, Session};
 pub use quantize::QUANTIZE_TYPES;
 pub use weights::{LoadOptions, SourceKind};

@@ -79,6 +79,28 @@ pub enum Logits {
     All,
 }
 
+/// One sequence's share of a batched forward pass ([`Session::forward_batch`]).
+#[derive(Clone, Copy, Debug)]
+pub struct BatchSeq<'a> {
+    /// The sequence whose next positions these tokens take.
+    pub seq: SeqId,
+    /// Its tokens for this step: one for decode, a chunk of its prompt for prefill.
+    pub tokens: &'a [u32],
+    /// Whether to return the logits of its last token.
+    pub logits: bool,
+}
+
+/// Where a pass writes logits.
+#[derive(Clone, Copy)]
+enum OutRows {
+    /// None.
+    Skip,
+    /// The last token of every row that asks for them, packed in row order from 0.
+    LastOfRows,
+    /// Every token (one row only) into `logits[r * vocab..]`.
+    AllFrom(usize),
+}
+
 impl Model {
     /// Opens a model: a GGUF file, or a Hugging Face model directory (`config.json` and
     /// safetensors), with default [`LoadOptions`].
@@ -393,17 +415,17 @@ impl Session {
         let mut done = 0;
         for chunk in tokens.chunks(self.n_batch) {
             let last_chunk = done + chunk.len() == tokens.len();
-            let out_rows = match mode {
-                Logits::All => Some(done),
-                Logits::Last if last_chunk => Some(usize::MAX),
-                Logits::Last => None,
+            let out = match mode {
+                Logits::All => OutRows::AllFrom(done),
+                Logits::Last if last_chunk => OutRows::LastOfRows,
+                Logits::Last => OutRows::Skip,
             };
-            let pos0 = self.kv.len(self.seq)?;
-            if let Err(e) = self.forward_chunk(chunk, out_rows) {
-                // The chunk's positions were claimed; give them back.
-                self.kv.truncate(self.seq, pos0)?;
-                return Err(e);
-            }
+            let row = BatchSeq {
+                seq: self.seq,
+                tokens: chunk,
+                logits: last_chunk,
+            };
+            self.forward_rows(&[row], out)?;
             done += chunk.len();
         }
         Ok(match mode {
@@ -412,17 +434,123 @@ impl Session {
         })
     }
 
-    /// One chunk of at most `n_batch` tokens. `out_rows`: `None` = no logits,
-    /// `Some(usize::MAX)` = last row into `logits[..vocab]`, `Some(r)` = all rows into
-    /// `logits[r*vocab..]`.
-    fn forward_chunk(&mut self, tokens: &[u32], out_rows: Option<usize>) -> Result<(), ModelError> {
+    /// Evaluates several sequences in one pass over the weights: every row's tokens take
+    /// its sequence's next positions, the matrix products run over all rows' tokens at
+    /// once, and RoPE and attention run per row through its own block table. Returns the
+    /// logits of the last token of each row with `logits: true`, `vocab` values each, in
+    /// row order.
+    ///
+    /// A row's logits are bit-identical whether it runs alone ([`Session::forward`]) or in
+    /// any batch: the matrix kernels are batch-invariant and attention is per row. The
+    /// rows' tokens must fit the session's `n_batch` together, each sequence may appear
+    /// once, and no row may be empty. On an error no row's positions are kept.
+    pub fn forward_batch(&mut self, rows: &[BatchSeq<'_>]) -> Result<&[f32], ModelError> {
+        let vocab = self.model.config().vocab_size;
+        let total: usize = rows.iter().map(|r| r.tokens.len()).sum();
+        if total > self.n_batch {
+            return Err(ModelError::InvalidBatch(format!(
+                "{total} tokens in one pass, the session evaluates at most {}",
+                self.n_batch
+            )));
+        }
+        for (i, r) in rows.iter().enumerate() {
+            if r.tokens.is_empty() {
+                return Err(ModelError::InvalidBatch(format!(
+                    "row {i} (sequence {}) has no token",
+                    r.seq
+                )));
+            }
+            if rows[..i].iter().any(|o| o.seq == r.seq) {
+                return Err(ModelError::InvalidBatch(format!(
+                    "sequence {} appears twice",
+                    r.seq
+                )));
+            }
+            let needed = self.kv.len(r.seq)? + r.tokens.len();
+            if needed > self.n_ctx {
+                return Err(ModelError::ContextOverflow {
+                    needed,
+                    n_ctx: self.n_ctx,
+                });
+            }
+            if let Some(&id) = r.tokens.iter().find(|&&t| t as usize >= vocab) {
+                return Err(ModelError::TokenOutOfRange { id, vocab });
+            }
+        }
+        if rows.is_empty() {
+            return Ok(&self.s.logits[..0]);
+        }
+        self.forward_rows(rows, OutRows::LastOfRows)?;
+        let n_out = rows.iter().filter(|r| r.logits).count();
+        Ok(&self.s.logits[..n_out * vocab])
+    }
+
+    /// Reserves KV blocks for `n_tokens` more positions of `seq` (so a following pass
+    /// cannot run out of blocks for it). Fails with [`kiln_kv::KvError::OutOfMemory`],
+    /// changing nothing, when the pool is short.
+    pub fn reserve(&mut self, seq: SeqId, n_tokens: usize) -> Result<(), ModelError> {
+        Ok(self.kv.extend(seq, n_tokens)?)
+    }
+
+    /// Positions `seq` holds.
+    pub fn seq_len(&self, seq: SeqId) -> Result<usize, ModelError> {
+        Ok(self.kv.len(seq)?)
+    }
+
+    /// Starts the empty sequence `seq` (not necessarily the current one) with the cached
+    /// KV of the longest prefix of `tokens` an earlier sequence evaluated, in whole pages,
+    /// leaving at least the last token to evaluate. Counts the query in the prefix stats.
+    pub fn attach_prefix(
+        &mut self,
+        seq: SeqId,
+        tokens: &[u32],
+    ) -> Result<kiln_kv::PrefixHit, ModelError> {
+        let max = tokens.len().saturating_sub(1).min(self.n_ctx);
+        Ok(self.kv.attach_prefix(seq, tokens, max)?)
+    }
+
+    /// Runs `rows` (validated) through the model, writing logits as `out` says. On an
+    /// error every row's claimed positions are given back.
+    fn forward_rows(&mut self, rows: &[BatchSeq<'_>], out: OutRows) -> Result<(), ModelError> {
+        let mut starts = Vec::with_capacity(rows.len());
+        for r in rows {
+            match self.kv.append(r.seq, r.tokens) {
+                Ok(range) => starts.push(range.start),
+                Err(e) => {
+                    self.give_back(rows, &starts);
+                    return Err(e.into());
+                }
+            }
+        }
+        let result = self.forward_appended(rows, &starts, out);
+        if result.is_err() {
+            self.give_back(rows, &starts);
+        }
+        result
+    }
+
+    /// Truncates the first `starts.len()` rows' sequences back to where they started.
+    fn give_back(&mut self, rows: &[BatchSeq<'_>], starts: &[usize]) {
+        for (r, &p) in rows.iter().zip(starts) {
+            // The sequence exists: it was just appended to.
+            let _ = self.kv.truncate(r.seq, p);
+        }
+    }
+
+    /// The pass itself, once every row's positions are claimed (row `i` starts at
+    /// `starts[i]`).
+    fn forward_appended(
+        &mut self,
+        rows: &[BatchSeq<'_>],
+        starts: &[usize],
+        out_rows: OutRows,
+    ) -> Result<(), ModelError> {
         let model = Arc::clone(&self.model);
         let spec = &model.spec;
         let store = &model.store;
         let cfg = &spec.cfg;
         let s = &mut self.s;
-        let n = tokens.len();
-        let pos0 = self.kv.append(self.seq, tokens)?.start;
+        let n: usize = rows.iter().map(|r| r.tokens.len()).sum();
         let d = cfg.n_embd;
         let (qd, kd, vd, hv) = (
             cfg.q_dim(),
@@ -430,14 +558,25 @@ impl Session {
             cfg.v_dim(),
             cfg.n_head * cfg.head_dim_v,
         );
+        // Position of every token of the pass.
+        let positions = || {
+            rows.iter()
+                .zip(starts)
+                .flat_map(|(r, &p0)| (0..r.tokens.len()).map(move |i| p0 + i))
+        };
 
         // Embedding lookup (+ learned position).
         let embd = store.view(&spec.tok_embd)?;
         let pos_embd = match &spec.pos_embd {
             Some(w) => {
-                if pos0 + n > w.rows {
+                if let Some(end) = rows
+                    .iter()
+                    .zip(starts)
+                    .map(|(r, &p0)| p0 + r.tokens.len())
+                    .find(|&end| end > w.rows)
+                {
                     return Err(ModelError::ContextOverflow {
-                        needed: pos0 + n,
+                        needed: end,
                         n_ctx: w.rows,
                     });
                 }
@@ -445,7 +584,8 @@ impl Session {
             }
             None => None,
         };
-        for (t, &tok) in tokens.iter().enumerate() {
+        let tokens = rows.iter().flat_map(|r| r.tokens.iter().copied());
+        for (t, (tok, pos)) in tokens.zip(positions()).enumerate() {
             let row = &mut s.x[t * d..(t + 1) * d];
             embd.dequantize_row(tok as usize, row);
             if let Some(scale) = spec.embed_scale {
@@ -453,7 +593,7 @@ impl Session {
             }
             if let Some(pe) = &pos_embd {
                 let h = &mut s.h[..d];
-                pe.dequantize_row(pos0 + t, h);
+                pe.dequantize_row(pos, h);
                 add_inplace(row, h);
             }
         }
@@ -498,9 +638,9 @@ impl Session {
             trace::tensor(&format!("Kcur_normed-{il}"), &s.k[..n * kd], n);
             trace::tensor(&format!("Vcur-{il}"), &s.v[..n * vd], n);
             if cfg.n_rot > 0 && layer.rope_base != rope_base_of_table {
-                for t in 0..n {
+                for (t, pos) in positions().enumerate() {
                     rope_table_with_factors(
-                        pos0 + t,
+                        pos,
                         cfg.n_rot,
                         layer.rope_base,
                         cfg.rope_freq_scale,
@@ -529,23 +669,35 @@ impl Session {
                     );
                 }
             }
-            self.kv
-                .write_rows(self.seq, il, pos0, &s.k[..n * kd], &s.v[..n * vd])?;
             trace::tensor(&format!("Qcur-{il}"), &s.q[..n * qd], n);
-            let shape = AttnShape {
-                pos0,
-                n_tokens: n,
-                window: layer.sliding_window,
-            };
-            let view = self.kv.layer_view(self.seq, il)?;
-            attention(
-                cfg,
-                &shape,
-                &s.q[..n * qd],
-                &view,
-                &mut s.attn,
-                &mut s.att[..n * hv],
-            )?;
+            // Per row: store its K and V, then attend through its own block table.
+            let mut t0 = 0;
+            for (r, &pos0) in rows.iter().zip(starts) {
+                let m = r.tokens.len();
+                let t1 = t0 + m;
+                self.kv.write_rows(
+                    r.seq,
+                    il,
+                    pos0,
+                    &s.k[t0 * kd..t1 * kd],
+                    &s.v[t0 * vd..t1 * vd],
+                )?;
+                let shape = AttnShape {
+                    pos0,
+                    n_tokens: m,
+                    window: layer.sliding_window,
+                };
+                let view = self.kv.layer_view(r.seq, il)?;
+                attention(
+                    cfg,
+                    &shape,
+                    &s.q[t0 * qd..t1 * qd],
+                    &view,
+                    &mut s.attn,
+                    &mut s.att[t0 * hv..t1 * hv],
+                )?;
+                t0 = t1;
+            }
             trace::tensor(&format!("kqv_out-{il}"), &s.att[..n * hv], n);
             s.mm.prepare(&s.att[..n * hv], n, hv);
             matmul_prepared(&store.view(&layer.wo)?, &mut s.mm, &mut s.o[..n * d]);
@@ -612,23 +764,44 @@ impl Session {
             add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
             trace::tensor(&format!("l_out-{il}"), &s.x[..n * d], n);
         }
-        // The chunk's pages are complete in every layer: make full ones findable.
-        self.kv.commit(self.seq)?;
+        // The rows' pages are complete in every layer: make full ones findable.
+        for r in rows {
+            self.kv.commit(r.seq)?;
+        }
 
         // Output head.
         let vocab = cfg.vocab_size;
         let output = store.view(&spec.output)?;
-        let rows = match out_rows {
-            None => return Ok(()),
-            Some(usize::MAX) => {
-                let last = &s.x[(n - 1) * d..n * d];
-                spec.output_norm
-                    .apply(cfg.norm, cfg.norm_eps, last, &mut s.h[..d]);
-                s.mm.prepare(&s.h[..d], 1, d);
-                matmul_prepared(&output, &mut s.mm, &mut s.logits[..vocab]);
-                0..vocab
+        let produced = match out_rows {
+            OutRows::Skip => return Ok(()),
+            OutRows::LastOfRows => {
+                // The last token of each row that asks, packed.
+                let mut k = 0;
+                let mut end = 0;
+                for r in rows {
+                    end += r.tokens.len();
+                    if r.logits {
+                        let last = &s.x[(end - 1) * d..end * d];
+                        spec.output_norm.apply(
+                            cfg.norm,
+                            cfg.norm_eps,
+                            last,
+                            &mut s.h[k * d..(k + 1) * d],
+                        );
+                        k += 1;
+                    }
+                }
+                if k == 0 {
+                    return Ok(());
+                }
+                if s.logits.len() < k * vocab {
+                    s.logits.resize(k * vocab, 0.0);
+                }
+                s.mm.prepare(&s.h[..k * d], k, d);
+                matmul_prepared(&output, &mut s.mm, &mut s.logits[..k * vocab]);
+                0..k * vocab
             }
-            Some(r) => {
+            OutRows::AllFrom(r) => {
                 for t in 0..n {
                     spec.output_norm.apply(
                         cfg.norm,
@@ -646,7 +819,7 @@ impl Session {
                 r * vocab..(r + n) * vocab
             }
         };
-        let logits = &mut s.logits[rows];
+        let logits = &mut s.logits[produced];
         add_bias_rows(logits, spec.output_bias.as_deref());
         if let Some(cap) = cfg.final_logit_softcap {
             softcap_inplace(logits, cap);

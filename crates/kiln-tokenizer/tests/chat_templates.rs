@@ -218,3 +218,41 @@ fn a_named_template_that_does_not_exist_lists_the_ones_that_do() {
         .to_string();
     assert!(err.contains("rag") && err.contains("default"), "{err}");
 }
+
+#[test]
+fn a_template_that_would_loop_for_hours_stops_at_the_step_limit() {
+    use kiln_tokenizer::chat::MAX_TEMPLATE_STEPS;
+    let source = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}";
+    let t = ChatTemplate::new(source, "hostile.gguf", SpecialTokens::default()).expect("parses");
+    let err = t
+        .render(&Conversation::new(), &RenderOptions::generation())
+        .expect_err("10^10 iterations are refused");
+    let msg = err.to_string();
+    assert!(
+        matches!(err, ChatError::Template { .. })
+            && msg.contains("MAX_TEMPLATE_STEPS")
+            && msg.contains(&MAX_TEMPLATE_STEPS.to_string())
+            && msg.contains("hostile.gguf"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_long_conversation_with_tools_renders_well_within_the_step_limit() {
+    let model = "qwen2.5-coder-0.5b";
+    let tmpl = gguf_template(model);
+    let mut conv = Conversation::new();
+    conv.set_tools_json(
+        r#"[{"type":"function","function":{"name":"get_weather","description":"Weather of a city",
+            "parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}]"#,
+    )
+    .expect("tools");
+    for i in 0..200 {
+        let role = if i % 2 == 0 { "user" } else { "assistant" };
+        conv.push(role, &format!("message number {i} with some words in it"));
+    }
+    let text = tmpl
+        .render(&conv, &RenderOptions::generation())
+        .expect("a 200-message conversation renders");
+    assert!(text.contains("message number 199") && text.contains("get_weather"));
+}

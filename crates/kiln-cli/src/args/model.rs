@@ -59,8 +59,10 @@ impl ModelArgs {
             Loaded { model, tokenizer }
         } else {
             let file = Arc::new(GgufFile::open(&path)?);
-            let tokenizer = Tokenizer::from_gguf(file.metadata())?;
+            // The model first: an unsupported architecture is refused as such, not as a
+            // tokenizer the file happens to lack.
             let model = Arc::new(Model::from_gguf_with(Arc::clone(&file), &options)?);
+            let tokenizer = Tokenizer::from_gguf(file.metadata())?;
             Loaded { model, tokenizer }
         };
         for note in loaded.model.load_notes() {

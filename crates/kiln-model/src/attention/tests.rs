@@ -176,6 +176,9 @@ impl Case {
             v_type,
             block_size: bs,
             memory: None,
+            // The arithmetic tests below read the stored form directly; the rotation has a
+            // test of its own.
+            rotation: false,
         };
         Case {
             k: values(n_ctx * cfg.k_dim(), seed),
@@ -470,5 +473,43 @@ fn results_do_not_depend_on_batch_threads_or_isa() {
                 "f32 {isa}"
             );
         }
+    }
+}
+
+#[test]
+fn rotated_pages_equal_unrotated_pages_of_rotated_inputs_rotated_back() {
+    use kiln_quant::attn::{hadamard_rotate, key_rotation_size, value_rotation_size};
+    // Head size 128: keys rotate by blocks of 128, values by blocks of 64.
+    for (k_type, v_type) in [
+        (KvType::Q4_0, KvType::Q4_0),
+        (KvType::Q8_0, KvType::F16),
+        (KvType::F16, KvType::Q5_0),
+    ] {
+        let mut rot = Case::new(config(4, 2, 128, 128, None), k_type, v_type, 16, 45, 21);
+        rot.opts.rotation = true;
+        let hd = rot.cfg.head_dim;
+        let kr = key_rotation_size(hd).filter(|_| !k_type.is_float());
+        let vr = value_rotation_size(hd).filter(|_| !v_type.is_float());
+        assert_eq!(rot.opts.config(&rot.cfg, 1).k_rotation(), kr);
+        assert_eq!(rot.opts.config(&rot.cfg, 1).v_rotation(), vr);
+        let mut plain = Case::new(config(4, 2, 128, 128, None), k_type, v_type, 16, 45, 21);
+        if let Some(n) = kr {
+            hadamard_rotate(&mut plain.q, n);
+            hadamard_rotate(&mut plain.k, n);
+        }
+        if let Some(n) = vr {
+            hadamard_rotate(&mut plain.v, n);
+        }
+        let mut want = plain.paged(0, 45, None, None);
+        if let Some(n) = vr {
+            hadamard_rotate(&mut want, n);
+        }
+        for batch in [1, 45] {
+            let got = rot.paged(0, batch, None, None);
+            assert_eq!(bits(&got), bits(&want), "{k_type}/{v_type}, batch {batch}");
+        }
+        // An unrotated cache of the same types gives other (less accurate) results.
+        let off = Case::new(config(4, 2, 128, 128, None), k_type, v_type, 16, 45, 21);
+        assert_ne!(bits(&off.paged(0, 45, None, None)), bits(&want));
     }
 }

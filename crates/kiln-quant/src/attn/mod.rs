@@ -31,9 +31,11 @@
 //! | `round_f16`, `scores_f16`, `scores_f32`, `accum_f16`, `accum_f32` | ✓ (oracle) | ✓ (bit-identical) |
 //! | [`store_row`] F16, Q8_0 | ✓ | ✓ (kiln-quant activation converters) |
 //! | [`store_row`] F32, Q4_0, Q4_1, Q5_0 | ✓ | scalar (not hot: once per token) |
+//! | [`hadamard_rotate`] (rotation of quantized K/V, see [`hadamard`]) | ✓ | scalar (compiler-vectorised; a few thousand additions per token and layer) |
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+pub mod hadamard;
 mod scalar;
 mod store;
 
@@ -41,6 +43,7 @@ use half::f16;
 
 use crate::isa::{Isa, active_isa};
 
+pub use hadamard::{hadamard_rotate, key_rotation_size, value_rotation_size};
 pub use store::{KV_STORE_TYPES, store_row};
 
 /// `q` (f32, rounded to f16 or not) against `pages` of keys: `out[p·bs + j]` is the scaled

@@ -269,6 +269,12 @@ impl SpecialTokens {
     }
 }
 
+/// Most template instructions one render may execute (minijinja "fuel"). A chat template
+/// comes from a model file, that is from a stranger: nested loops over `range()` would
+/// otherwise hang the caller. Real templates use a few thousand per message (a
+/// 200-message Qwen2.5 conversation with tools stays far below this).
+pub const MAX_TEMPLATE_STEPS: u64 = 20_000_000;
+
 /// The variable `strftime_now` reads the render time from.
 const NOW_VAR: &str = "__kiln_strftime_now__";
 
@@ -545,6 +551,9 @@ fn read_text(path: &Path) -> Result<Option<String>, ChatError> {
 /// A minijinja error as a [`ChatError::Template`] with the line and its text.
 fn template_error(e: &minijinja::Error, origin: &str, source: &str) -> ChatError {
     let mut message = match (e.kind(), e.detail()) {
+        (ErrorKind::OutOfFuel, _) => format!(
+            "the template ran more than {MAX_TEMPLATE_STEPS} steps (the chat-template step limit, MAX_TEMPLATE_STEPS)"
+        ),
         (ErrorKind::InvalidOperation, Some(d)) => d.to_owned(),
         (kind, Some(d)) => format!("{kind}: {d}"),
         (kind, None) => kind.to_string(),
@@ -569,6 +578,7 @@ fn template_error(e: &minijinja::Error, origin: &str, source: &str) -> ChatError
 /// minijinja set up as transformers' sandboxed Jinja2 environment.
 fn environment() -> Environment<'static> {
     let mut env = Environment::new();
+    env.set_fuel(Some(MAX_TEMPLATE_STEPS));
     env.set_syntax(
         minijinja::syntax::SyntaxConfig::builder()
             .trim_blocks(true)

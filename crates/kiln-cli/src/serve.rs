@@ -1,0 +1,179 @@
+//! `kiln serve`: the OpenAI-compatible HTTP server (kiln-server) over a continuous-batching
+//! engine (kiln-engine). Binds first, answers `/health` with 503 while the model loads,
+//! then serves until Ctrl-C / SIGTERM, draining running requests for `--drain-timeout`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use kiln_engine::{Engine, EngineConfig};
+use kiln_model::KvType;
+use kiln_server::{Backend, ServerConfig};
+
+use crate::args::chat::TemplateArgs;
+use crate::args::kv::parse_size;
+use crate::args::model::{Loaded, ModelArgs};
+use crate::error::CliError;
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Address to listen on (loopback by default; use 0.0.0.0 to listen on every
+    /// interface).
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on (0: any free port, printed at start).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Worker threads of the model (default: all available cores).
+    #[arg(long, short = 't')]
+    threads: Option<usize>,
+    /// Most tokens per request, prompt plus completion (default: the training context, at
+    /// most 4096). Longer requests are refused with 400 context_length_exceeded.
+    #[arg(long, short = 'c')]
+    ctx_size: Option<usize>,
+    /// Most requests waiting for admission; more are refused with 429.
+    #[arg(long, default_value_t = 256)]
+    max_queue: usize,
+    /// Most sequences decoding at once.
+    #[arg(long, default_value_t = 64)]
+    max_running: usize,
+    /// Per-step token budget (decode rows plus prefill chunks).
+    #[arg(long, default_value_t = 512)]
+    max_batch_tokens: usize,
+    /// KV cache types, K[,V]: f32, f16, q8_0, q4_0, q4_1 or q5_0.
+    #[arg(long = "kv-type", default_value = "f16", value_parser = parse_kv_types)]
+    kv_type: (KvType, KvType),
+    /// Tokens per KV cache page.
+    #[arg(long = "kv-block-size", default_value_t = 16)]
+    kv_block_size: usize,
+    /// Memory for the KV cache shared by all requests, e.g. 256M, 1G (default: room for 16
+    /// full contexts, at least 64 MiB).
+    #[arg(long = "kv-memory", value_parser = parse_size)]
+    kv_memory: Option<usize>,
+    /// Request bodies over this size are refused with 413.
+    #[arg(long, default_value = "4M", value_parser = parse_size)]
+    max_body: usize,
+    /// Seconds running requests may take to finish after Ctrl-C / SIGTERM before they are
+    /// cancelled.
+    #[arg(long, default_value_t = 10.0)]
+    drain_timeout: f64,
+    /// A Jinja file to use as the chat template instead of the model's own.
+    #[arg(long, value_name = "FILE")]
+    chat_template: Option<PathBuf>,
+    /// Another name requests may use in `model` (repeatable).
+    #[arg(long = "alias", value_name = "NAME")]
+    aliases: Vec<String>,
+}
+
+fn parse_kv_types(s: &str) -> Result<(KvType, KvType), String> {
+    KvType::parse_pair(s).map_err(|e| e.to_string())
+}
+
+pub fn run(args: ServeArgs) -> Result<(), CliError> {
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if threads == 0 || args.kv_block_size == 0 || args.max_running == 0 {
+        return Err(CliError::Usage(
+            "--threads, --kv-block-size and --max-running must be at least 1".into(),
+        ));
+    }
+    if !(args.drain_timeout.is_finite() && args.drain_timeout >= 0.0) {
+        return Err(CliError::Usage(
+            "--drain-timeout must be a number of seconds".into(),
+        ));
+    }
+    let config = ServerConfig {
+        host: args.host.clone(),
+        port: args.port,
+        max_body_bytes: args.max_body,
+        drain_timeout: Duration::from_secs_f64(args.drain_timeout),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("kiln-http")
+        .enable_all()
+        .build()?;
+    let name = args.model.model.clone();
+    let result = runtime.block_on(kiln_server::serve(
+        config,
+        move || load(&args, threads).map_err(|e| e.to_string()),
+        |addr| eprintln!("kiln serve: listening on http://{addr} (loading {name})"),
+    ));
+    result.map_err(|e| CliError::Usage(e.to_string()))
+}
+
+/// Loads the model, its tokenizer and chat template, and starts the engine.
+fn load(args: &ServeArgs, threads: usize) -> Result<Backend, CliError> {
+    let started = std::time::Instant::now();
+    let Loaded { model, tokenizer } = args.model.load()?;
+    let path = kiln_hub::resolve(&args.model.model)?;
+    let template_args = TemplateArgs {
+        chat_template: args.chat_template.clone(),
+        ..TemplateArgs::default()
+    };
+    let md = model.gguf().map(|f| f.metadata());
+    let template = match crate::chat::load_template(&template_args, &path, md, &tokenizer) {
+        Ok(t) => Some(Arc::new(t)),
+        Err(e) if args.chat_template.is_none() => {
+            eprintln!("note: /v1/chat/completions is unavailable: {e}");
+            None
+        }
+        Err(e) => return Err(e),
+    };
+    let mut cfg = EngineConfig::for_model(&model);
+    if let Some(c) = args.ctx_size {
+        if c < 2 {
+            return Err(CliError::Usage("--ctx-size must be at least 2".into()));
+        }
+        cfg.n_ctx = c;
+    }
+    cfg.max_queue = args.max_queue;
+    cfg.max_running = args.max_running;
+    cfg.max_batch_tokens = args.max_batch_tokens;
+    cfg.threads = threads;
+    cfg.kv.k_type = args.kv_type.0;
+    cfg.kv.v_type = args.kv_type.1;
+    cfg.kv.block_size = args.kv_block_size;
+    if args.kv_memory.is_some() {
+        cfg.kv.memory = args.kv_memory;
+    }
+    let n_ctx = cfg.n_ctx;
+    let shape = cfg.kv.config(model.config(), 0);
+    let kv_blocks = cfg.kv.memory.map_or(0, |m| m / shape.block_bytes().max(1));
+    let tokenizer = Arc::new(tokenizer);
+    let engine = Engine::start(model, Arc::clone(&tokenizer), cfg)
+        .map_err(|e| CliError::Usage(format!("cannot start the engine: {e}")))?;
+    let model_id = if path.to_string_lossy() == args.model.model {
+        path.file_stem().map_or_else(
+            || args.model.model.clone(),
+            |s| s.to_string_lossy().into_owned(),
+        )
+    } else {
+        args.model.model.clone()
+    };
+    let mut aliases = args.aliases.clone();
+    aliases.push(args.model.model.clone());
+    aliases.push(path.display().to_string());
+    if let Some(f) = path.file_name() {
+        aliases.push(f.to_string_lossy().into_owned());
+    }
+    if let Some(f) = path.file_stem() {
+        aliases.push(f.to_string_lossy().into_owned());
+    }
+    eprintln!(
+        "kiln serve: {model_id} ready in {:.1} s: context {n_ctx}, KV {kv_blocks} blocks of {} tokens, {threads} threads",
+        started.elapsed().as_secs_f64(),
+        args.kv_block_size
+    );
+    Ok(Backend {
+        engine,
+        tokenizer,
+        template,
+        model_id,
+        aliases,
+    })
+}

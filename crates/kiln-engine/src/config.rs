@@ -1,0 +1,46 @@
+//! Engine settings.
+
+use kiln_model::{KvOptions, Model};
+
+/// How an [`crate::Engine`] schedules work and sizes its KV cache.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Most tokens per sequence (prompt + generated).
+    pub n_ctx: usize,
+    /// Per-step token budget: decode rows plus prefill chunks.
+    pub max_batch_tokens: usize,
+    /// Most sequences admitted (prefilling or decoding) at once.
+    pub max_running: usize,
+    /// Most waiting requests before [`crate::Engine::submit`] refuses with
+    /// [`crate::EngineError::QueueFull`].
+    pub max_queue: usize,
+    /// KV cache types, block size and memory budget (`memory: None`: room for exactly one
+    /// `n_ctx` sequence, which serves one request at a time).
+    pub kv: KvOptions,
+    /// Threads of the engine's rayon pool.
+    pub threads: usize,
+}
+
+impl EngineConfig {
+    /// Defaults for `model`: its training context capped at 4096, 512 tokens per step,
+    /// 64 running sequences, a queue of 256, f16 KV with room for 16 full-context sequences
+    /// (at least 64 Mi), all cores.
+    pub fn for_model(model: &Model) -> EngineConfig {
+        let cfg = model.config();
+        let n_ctx = cfg.n_ctx_train.clamp(1, 4096);
+        let kv = KvOptions::default();
+        let per_token = kv.config(cfg, 0).bytes_per_token();
+        let memory = (per_token * n_ctx * 16).max(64 << 20);
+        EngineConfig {
+            n_ctx,
+            max_batch_tokens: 512,
+            max_running: 64,
+            max_queue: 256,
+            kv: KvOptions {
+                memory: Some(memory),
+                ..kv
+            },
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+}

@@ -1,0 +1,272 @@
+//! The public face: [`Engine`] (submit, metrics, shutdown) and [`RequestHandle`].
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use kiln_model::{Model, Session};
+use kiln_tokenizer::Tokenizer;
+
+use crate::{EngineConfig, EngineError, EngineMetrics, Event, Request};
+
+/// A request on its way to the scheduler.
+pub(crate) struct Submission {
+    pub id: u64,
+    pub request: Request,
+    pub tx: flume::Sender<Event>,
+    pub submitted: Instant,
+}
+
+/// What clients hand the scheduler thread.
+#[derive(Default)]
+pub(crate) struct Inbox {
+    pub new: Vec<Submission>,
+    pub cancel: Vec<u64>,
+    /// `Some(drain)` once shutdown was asked for.
+    pub stop: Option<bool>,
+    /// No more submissions accepted.
+    pub closed: bool,
+}
+
+/// State shared by the engine handles, request handles and the scheduler thread.
+pub(crate) struct Shared {
+    pub config: EngineConfig,
+    pub inbox: Mutex<Inbox>,
+    pub wake: Condvar,
+    pub metrics: Mutex<EngineMetrics>,
+    /// Requests submitted and not yet admitted.
+    pub waiting: AtomicUsize,
+    next_id: AtomicU64,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// Locks a mutex, ignoring poisoning (the data guarded here stays consistent: every
+/// critical section is a handful of pushes and copies).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    pub(crate) fn cancel(&self, id: u64) {
+        lock(&self.inbox).cancel.push(id);
+        self.wake.notify_all();
+    }
+
+    fn shutdown(&self, drain: bool) {
+        {
+            let mut inbox = lock(&self.inbox);
+            inbox.closed = true;
+            if inbox.stop.is_none() {
+                inbox.stop = Some(drain);
+            }
+        }
+        self.wake.notify_all();
+        let thread = lock(&self.thread).take();
+        if let Some(t) = thread {
+            // A panic outside a request's work has already failed every request.
+            let _ = t.join();
+        }
+    }
+}
+
+/// Stops the scheduler when the last [`Engine`] clone goes away.
+struct Owner {
+    shared: Arc<Shared>,
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.shared.shutdown(false);
+    }
+}
+
+/// A running engine: a scheduler thread that owns the model session. Cheap to clone;
+/// dropping the last clone cancels what is left and stops the thread.
+#[derive(Clone)]
+pub struct Engine {
+    owner: Arc<Owner>,
+}
+
+impl Engine {
+    /// Builds the session (KV cache as `config.kv` says) and starts the scheduler thread.
+    pub fn start(
+        model: Arc<Model>,
+        tokenizer: Arc<Tokenizer>,
+        config: EngineConfig,
+    ) -> Result<Engine, EngineError> {
+        if config.n_ctx == 0 || config.max_batch_tokens == 0 || config.max_running == 0 {
+            return Err(EngineError::InvalidRequest(format!(
+                "n_ctx ({}), max_batch_tokens ({}) and max_running ({}) must be at least 1",
+                config.n_ctx, config.max_batch_tokens, config.max_running
+            )));
+        }
+        let session = Session::with_kv(
+            Arc::clone(&model),
+            config.n_ctx,
+            config.max_batch_tokens,
+            &config.kv,
+        )
+        .map_err(|e| EngineError::Model(e.to_string()))?;
+        let pool = kiln_model_pool(config.threads)?;
+        let shared = Arc::new(Shared {
+            config,
+            inbox: Mutex::new(Inbox::default()),
+            wake: Condvar::new(),
+            metrics: Mutex::new(EngineMetrics::default()),
+            waiting: AtomicUsize::new(0),
+            next_id: AtomicU64::new(1),
+            thread: Mutex::new(None),
+        });
+        let for_thread = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("kiln-engine".into())
+            .spawn(move || {
+                pool.install(|| crate::scheduler::run(&for_thread, session, &tokenizer));
+            })
+            .map_err(|e| EngineError::Model(format!("cannot start the scheduler thread: {e}")))?;
+        *lock(&shared.thread) = Some(thread);
+        Ok(Engine {
+            owner: Arc::new(Owner { shared }),
+        })
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        &self.owner.shared
+    }
+
+    /// Queues a request. Refuses at once (nothing is queued) an empty or too long prompt,
+    /// invalid settings, a full queue, or an engine shutting down.
+    pub fn submit(&self, request: Request) -> Result<RequestHandle, EngineError> {
+        let shared = self.shared();
+        let cfg = &shared.config;
+        if request.prompt.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        if request.prompt.len() + request.max_tokens > cfg.n_ctx {
+            return Err(EngineError::PromptTooLong {
+                prompt_tokens: request.prompt.len(),
+                max_tokens: request.max_tokens,
+                n_ctx: cfg.n_ctx,
+            });
+        }
+        if request.max_tokens == 0 {
+            return Err(EngineError::InvalidRequest(
+                "max_tokens must be at least 1".into(),
+            ));
+        }
+        request
+            .sampling
+            .validate()
+            .map_err(|e| EngineError::InvalidRequest(e.to_string()))?;
+        if request.stop.iter().any(String::is_empty) {
+            return Err(EngineError::InvalidRequest("a stop string is empty".into()));
+        }
+        let (tx, rx) = flume::unbounded();
+        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut inbox = lock(&shared.inbox);
+            if inbox.closed {
+                return Err(EngineError::ShuttingDown);
+            }
+            let waiting = shared.waiting.load(Ordering::Acquire);
+            if waiting >= cfg.max_queue {
+                return Err(EngineError::QueueFull {
+                    waiting,
+                    max_queue: cfg.max_queue,
+                });
+            }
+            shared.waiting.fetch_add(1, Ordering::AcqRel);
+            inbox.new.push(Submission {
+                id,
+                request,
+                tx,
+                submitted: Instant::now(),
+            });
+        }
+        shared.wake.notify_all();
+        Ok(RequestHandle {
+            id,
+            rx,
+            shared: Arc::clone(shared),
+            ended: AtomicBool::new(false),
+        })
+    }
+
+    /// A snapshot of the engine's state and counters.
+    pub fn metrics(&self) -> EngineMetrics {
+        let mut m = lock(&self.shared().metrics).clone();
+        m.waiting = self.shared().waiting.load(Ordering::Acquire);
+        m
+    }
+
+    /// The settings the engine runs with.
+    pub fn config(&self) -> &EngineConfig {
+        &self.shared().config
+    }
+
+    /// Stops admitting requests. `drain = true` finishes the running and waiting requests,
+    /// `false` cancels them. Returns when the scheduler thread has exited.
+    pub fn shutdown(&self, drain: bool) {
+        self.shared().shutdown(drain);
+    }
+}
+
+fn kiln_model_pool(threads: usize) -> Result<rayon::ThreadPool, EngineError> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.max(1))
+        .thread_name(|i| format!("kiln-engine-{i}"))
+        .build()
+        .map_err(|e| EngineError::Model(format!("cannot start {threads} threads: {e}")))
+}
+
+/// A submitted request's stream of [`Event`]s. Dropping it cancels the request (its KV
+/// blocks are freed at once).
+pub struct RequestHandle {
+    id: u64,
+    rx: flume::Receiver<Event>,
+    shared: Arc<Shared>,
+    /// The last event was received.
+    ended: AtomicBool,
+}
+
+impl RequestHandle {
+    /// The request's id (unique within the engine).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn seen(&self, ev: Option<Event>) -> Option<Event> {
+        match &ev {
+            Some(Event::Done { .. } | Event::Error(_)) | None => {
+                self.ended.store(true, Ordering::Release)
+            }
+            Some(Event::Token { .. }) => {}
+        }
+        ev
+    }
+
+    /// The next event, blocking; `None` after the last one.
+    pub fn recv(&self) -> Option<Event> {
+        self.seen(self.rx.recv().ok())
+    }
+
+    /// The next event, for async code; `None` after the last one.
+    pub async fn recv_async(&self) -> Option<Event> {
+        self.seen(self.rx.recv_async().await.ok())
+    }
+
+    /// Cancels the request: it ends with [`crate::FinishReason::Cancelled`] and its KV
+    /// blocks are freed at the scheduler's next step boundary.
+    pub fn cancel(&self) {
+        if !self.ended.load(Ordering::Acquire) {
+            self.shared.cancel(self.id);
+        }
+    }
+}
+
+impl Drop for RequestHandle {
+    fn drop(&mut self) {
+        self.cancel();
+    }
+}

@@ -1,0 +1,91 @@
+//! Engine-wide counters and latency histograms (a snapshot is cheap to take).
+
+/// Engine state and counters since start.
+#[derive(Clone, Debug, Default)]
+pub struct EngineMetrics {
+    /// Sequences admitted (prefilling or decoding).
+    pub running: usize,
+    /// Requests submitted and not yet admitted (including preempted ones).
+    pub waiting: usize,
+    /// KV blocks held by sequences.
+    pub kv_blocks_used: usize,
+    pub kv_blocks_total: usize,
+    /// Tokens per KV block.
+    pub kv_block_tokens: usize,
+    /// Allocated-but-unused token slots over allocated slots.
+    pub kv_fragmentation: f64,
+    pub prefix_queries: u64,
+    pub prefix_hits: u64,
+    pub prefix_tokens_saved: u64,
+    pub prefix_miss_short: u64,
+    pub prefix_miss_evicted: u64,
+    pub prefix_miss_never_seen: u64,
+    /// Sequences preempted (freed and requeued for recomputation) for lack of KV blocks.
+    pub preemptions: u64,
+    pub requests_finished: u64,
+    pub requests_cancelled: u64,
+    pub requests_failed: u64,
+    /// Prompt tokens of admitted requests (counted once per request).
+    pub prompt_tokens_total: u64,
+    pub generated_tokens_total: u64,
+    /// Scheduler steps (batched forward passes) run.
+    pub steps: u64,
+    pub ttft_seconds: Histogram,
+    pub itl_seconds: Histogram,
+    pub queue_seconds: Histogram,
+}
+
+/// A Prometheus-style histogram: `counts[i]` observations `<= bounds[i]` (cumulative),
+/// plus the total count and sum.
+#[derive(Clone, Debug, Default)]
+pub struct Histogram {
+    pub bounds: Vec<f64>,
+    pub counts: Vec<u64>,
+    pub count: u64,
+    pub sum: f64,
+}
+
+impl Histogram {
+    /// An empty histogram with these upper bounds (ascending).
+    pub fn with_bounds(bounds: &[f64]) -> Histogram {
+        Histogram {
+            bounds: bounds.to_vec(),
+            counts: vec![0; bounds.len()],
+            count: 0,
+            sum: 0.0,
+        }
+    }
+
+    /// Bounds for latencies from 1 ms to 60 s.
+    pub fn latency() -> Histogram {
+        Histogram::with_bounds(&[
+            0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+            60.0,
+        ])
+    }
+
+    /// Records one observation.
+    pub fn observe(&mut self, v: f64) {
+        for (b, c) in self.bounds.iter().zip(self.counts.iter_mut()) {
+            if v <= *b {
+                *c += 1;
+            }
+        }
+        self.count += 1;
+        self.sum += v;
+    }
+
+    /// The smallest bound at or below which at least `q` of the observations fall
+    /// (`+∞` if beyond the last bound, `NaN` when empty).
+    pub fn quantile_bound(&self, q: f64) -> f64 {
+        if self.count == 0 {
+            return f64::NAN;
+        }
+        let need = (q * self.count as f64).ceil() as u64;
+        self.bounds
+            .iter()
+            .zip(&self.counts)
+            .find(|(_, c)| **c >= need)
+            .map_or(f64::INFINITY, |(b, _)| *b)
+    }
+}

@@ -1,0 +1,471 @@
+//! The scheduler thread: one loop, one batched forward pass per step.
+//!
+//! Each step (see `docs/engine.md`):
+//! 1. takes new submissions and cancellations from the inbox (cancelled sequences free
+//!    their KV blocks at once);
+//! 2. plans the batch under `max_batch_tokens`: first the decode token of every running
+//!    sequence (oldest first), then the next chunk of every admitted sequence still in
+//!    prefill, then admits waiting requests (first come, first served) while KV blocks,
+//!    `max_running` and the budget allow, attaching cached prefixes. Blocks for every
+//!    planned row are reserved before the pass; when the pool runs dry the youngest
+//!    running sequence is preempted (freed and requeued at the front with its generated
+//!    tokens, to be recomputed);
+//! 3. runs the pass (`Session::forward_batch`), catching panics: a failed pass fails only
+//!    that step's requests;
+//! 4. samples, streams and finishes each request whose logits came back, each under its
+//!    own `catch_unwind`.
+
+use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use kiln_kv::KvError;
+use kiln_model::{BatchSeq, ModelError, Session};
+use kiln_sample::Vocab;
+use kiln_tokenizer::Tokenizer;
+
+use crate::engine::{Shared, Submission, lock};
+use crate::sequence::{Outcome, Seq};
+use crate::{EngineError, EngineMetrics, FinishReason, Histogram};
+
+/// The scheduler's state.
+struct Sched<'t> {
+    shared: &'t Shared,
+    session: Session,
+    tok: &'t Tokenizer,
+    vocab: Arc<Vocab>,
+    /// Admitted sequences, oldest first.
+    running: Vec<Seq<'t>>,
+    /// Not admitted (new, or preempted: those go to the front).
+    waiting: VecDeque<Seq<'t>>,
+    m: EngineMetrics,
+    /// Planned rows of the current step: (request id, tokens).
+    plan: Vec<(u64, usize)>,
+    /// Ended requests whose last event is sent once the metrics count them.
+    outbox: Vec<(Seq<'t>, Result<FinishReason, EngineError>)>,
+}
+
+/// The body of the scheduler thread.
+pub(crate) fn run(shared: &Shared, session: Session, tok: &Tokenizer) {
+    let kv = session.kv().config();
+    let m = EngineMetrics {
+        kv_blocks_total: kv.n_blocks,
+        kv_block_tokens: kv.block_size,
+        ttft_seconds: Histogram::latency(),
+        itl_seconds: Histogram::latency(),
+        queue_seconds: Histogram::latency(),
+        ..EngineMetrics::default()
+    };
+    let mut s = Sched {
+        shared,
+        session,
+        tok,
+        vocab: vocab(tok),
+        running: Vec::new(),
+        waiting: VecDeque::new(),
+        m,
+        plan: Vec::new(),
+        outbox: Vec::new(),
+    };
+    s.publish();
+    loop {
+        let (new, cancel, stop) = {
+            let mut inbox = lock(&shared.inbox);
+            while inbox.new.is_empty()
+                && inbox.cancel.is_empty()
+                && inbox.stop.is_none()
+                && s.running.is_empty()
+                && s.waiting.is_empty()
+            {
+                inbox = shared.wake.wait(inbox).unwrap_or_else(|e| e.into_inner());
+            }
+            (
+                std::mem::take(&mut inbox.new),
+                std::mem::take(&mut inbox.cancel),
+                inbox.stop,
+            )
+        };
+        for sub in new {
+            s.intake(sub);
+        }
+        for id in cancel {
+            s.cancel(id, FinishReason::Cancelled);
+        }
+        match stop {
+            Some(false) => break,
+            Some(true) if s.running.is_empty() && s.waiting.is_empty() => break,
+            _ => {}
+        }
+        if !(s.running.is_empty() && s.waiting.is_empty()) {
+            s.step();
+        }
+        s.flush();
+    }
+    // Whatever is left is cancelled.
+    let ids: Vec<u64> = s
+        .running
+        .iter()
+        .chain(s.waiting.iter())
+        .map(|q| q.id)
+        .collect();
+    for id in ids {
+        s.cancel(id, FinishReason::Cancelled);
+    }
+    s.flush();
+}
+
+/// The vocabulary as the sampler sees it (control tokens have no bytes).
+fn vocab(tok: &Tokenizer) -> Arc<Vocab> {
+    let n = tok.vocab_size() as u32;
+    Arc::new(Vocab::new(
+        (0..n).map(|id| {
+            if tok.is_control(id) {
+                &[][..]
+            } else {
+                tok.token_bytes(id)
+            }
+        }),
+        tok.eog_ids(),
+    ))
+}
+
+/// A panic payload as text.
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_string()
+    }
+}
+
+impl<'t> Sched<'t> {
+    fn intake(&mut self, sub: Submission) {
+        match Seq::new(
+            sub.id,
+            sub.request,
+            sub.tx,
+            sub.submitted,
+            self.tok,
+            &self.vocab,
+        ) {
+            Ok(q) => self.waiting.push_back(q),
+            Err((tx, e)) => {
+                self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
+                self.m.requests_failed += 1;
+                let _ = tx.send(crate::Event::Error(e));
+            }
+        }
+    }
+
+    /// Frees a sequence's KV blocks (if admitted).
+    fn release(&mut self, q: &mut Seq<'t>) {
+        if let Some(kv) = q.kv.take() {
+            // The id came from this session and is freed once.
+            let _ = self.session.free_sequence(kv);
+        }
+        q.done = 0;
+    }
+
+    /// Ends request `id` wherever it is, freeing its blocks at once.
+    fn cancel(&mut self, id: u64, finish: FinishReason) {
+        let q = if let Some(i) = self.running.iter().position(|q| q.id == id) {
+            Some(self.running.remove(i))
+        } else if let Some(i) = self.waiting.iter().position(|q| q.id == id) {
+            self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
+            self.waiting.remove(i)
+        } else {
+            None
+        };
+        if let Some(q) = q {
+            self.end(q, Ok(finish));
+        }
+    }
+
+    /// Fails running request at index `i` with `e`.
+    fn fail(&mut self, i: usize, e: EngineError) {
+        let q = self.running.remove(i);
+        self.end(q, Err(e));
+    }
+
+    /// Ends a request removed from the queues: frees its blocks at once, counts it, and
+    /// queues its last event (sent after the next metrics snapshot).
+    fn end(&mut self, mut q: Seq<'t>, r: Result<FinishReason, EngineError>) {
+        self.release(&mut q);
+        match &r {
+            Ok(FinishReason::Cancelled) => self.m.requests_cancelled += 1,
+            Ok(_) => self.m.requests_finished += 1,
+            Err(_) => self.m.requests_failed += 1,
+        }
+        self.outbox.push((q, r));
+    }
+
+    /// Publishes the metrics, then sends the last events of the requests that ended, so a
+    /// client that sees `Done` sees the metrics count it (and its blocks freed).
+    fn flush(&mut self) {
+        self.publish();
+        let now = Instant::now();
+        for (q, r) in self.outbox.drain(..) {
+            match r {
+                Ok(f) => q.send_done(f, now),
+                Err(e) => q.send_error(e),
+            }
+        }
+    }
+
+    /// Preempts the youngest running sequence: frees its blocks and requeues it at the
+    /// front of the queue, to be recomputed with its generated tokens. Returns its id.
+    fn preempt_youngest(&mut self) -> Option<u64> {
+        let mut q = self.running.pop()?;
+        self.release(&mut q);
+        let id = q.id;
+        self.plan.retain(|&(p, _)| p != id);
+        self.m.preemptions += 1;
+        self.shared.waiting.fetch_add(1, Ordering::AcqRel);
+        self.waiting.push_front(q);
+        Some(id)
+    }
+
+    /// Reserves blocks for `n` more tokens of running sequence `id`, preempting younger
+    /// sequences (or, last, itself) while the pool is short. Returns whether `id` is still
+    /// running with its blocks reserved.
+    fn reserve(&mut self, id: u64, n: usize) -> bool {
+        loop {
+            let Some(q) = self.running.iter().find(|q| q.id == id) else {
+                return false;
+            };
+            let Some(kv) = q.kv else { return false };
+            match self.session.reserve(kv, n) {
+                Ok(()) => return true,
+                Err(ModelError::Kv(KvError::OutOfMemory { .. })) => {
+                    if self.preempt_youngest() == Some(id) {
+                        return false;
+                    }
+                }
+                Err(e) => {
+                    if let Some(i) = self.running.iter().position(|q| q.id == id) {
+                        self.fail(i, EngineError::Model(e.to_string()));
+                    }
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// Free blocks plus idle cached (evictable) ones.
+    fn available_blocks(&self) -> usize {
+        let st = self.session.kv().stats();
+        st.free_blocks + st.idle_cached_blocks
+    }
+
+    /// Plans and runs one step.
+    fn step(&mut self) {
+        let cfg = &self.shared.config;
+        let (max_tokens, max_running) = (cfg.max_batch_tokens, cfg.max_running);
+        let mut budget = max_tokens;
+        self.plan.clear();
+
+        // 1. Decode rows, oldest first.
+        let decoding: Vec<u64> = self
+            .running
+            .iter()
+            .filter(|q| q.remaining() == 1 && q.generated > 0)
+            .map(|q| q.id)
+            .collect();
+        for id in decoding {
+            if budget == 0 {
+                break;
+            }
+            if self.reserve(id, 1) {
+                self.plan.push((id, 1));
+                budget -= 1;
+            }
+        }
+        // 2. Prefill chunks of admitted sequences.
+        let prefilling: Vec<(u64, usize)> = self
+            .running
+            .iter()
+            .filter(|q| !(q.remaining() == 1 && q.generated > 0))
+            .map(|q| (q.id, q.remaining()))
+            .collect();
+        for (id, rem) in prefilling {
+            if budget == 0 {
+                break;
+            }
+            let n = rem.min(budget);
+            if self.reserve(id, n) {
+                self.plan.push((id, n));
+                budget -= n;
+            }
+        }
+        // 3. Admission, first come first served.
+        while budget > 0 && self.running.len() < max_running && !self.waiting.is_empty() {
+            if !self.admit_front(&mut budget) {
+                break;
+            }
+        }
+        if self.plan.is_empty() {
+            return;
+        }
+        self.run_plan();
+    }
+
+    /// Admits the first waiting request if the pool can hold its whole remaining prompt
+    /// (plus one block of headroom per running sequence), and plans its first chunk.
+    fn admit_front(&mut self, budget: &mut usize) -> bool {
+        let Some(front) = self.waiting.front() else {
+            return false;
+        };
+        let kvc = self.session.kv().config().clone();
+        let max_prefix = front.tokens.len().saturating_sub(1);
+        let cached = self.session.kv().lookup_prefix(&front.tokens, max_prefix);
+        let need = kvc.blocks_for_tokens(front.tokens.len()) - kvc.blocks_for_tokens(cached);
+        let headroom = self.running.len();
+        if !self.running.is_empty() && need + headroom > self.available_blocks() {
+            return false;
+        }
+        let Some(mut q) = self.waiting.pop_front() else {
+            return false;
+        };
+        let kv = self.session.new_sequence();
+        let hit = match self.session.attach_prefix(kv, &q.tokens) {
+            Ok(h) => h.tokens,
+            Err(_) => 0,
+        };
+        q.kv = Some(kv);
+        q.done = hit;
+        let now = Instant::now();
+        if q.admitted.is_none() {
+            q.admitted = Some(now);
+            q.cached = hit;
+            self.m.prompt_tokens_total += q.n_prompt as u64;
+            self.m
+                .queue_seconds
+                .observe(now.duration_since(q.submitted).as_secs_f64());
+        }
+        self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
+        let id = q.id;
+        let n = q.remaining().min(*budget);
+        self.running.push(q);
+        if self.reserve(id, n) {
+            self.plan.push((id, n));
+            *budget -= n;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Runs the planned rows through the model and handles their logits.
+    fn run_plan(&mut self) {
+        // Row order = plan order; index of each planned sequence in `running`.
+        let idx: Vec<usize> = self
+            .plan
+            .iter()
+            .map(|&(id, _)| self.running.iter().position(|q| q.id == id))
+            .collect::<Option<Vec<_>>>()
+            .unwrap_or_default();
+        if idx.len() != self.plan.len() {
+            return;
+        }
+        let rows: Vec<BatchSeq<'_>> = idx
+            .iter()
+            .zip(&self.plan)
+            .filter_map(|(&i, &(_, n))| {
+                let q = &self.running[i];
+                let kv = q.kv?;
+                Some(BatchSeq {
+                    seq: kv,
+                    tokens: &q.tokens[q.done..q.done + n],
+                    logits: q.done + n == q.tokens.len(),
+                })
+            })
+            .collect();
+        let wants: Vec<bool> = rows.iter().map(|r| r.logits).collect();
+        let vocab = self.session.model().config().vocab_size;
+        let session = &mut self.session;
+        let result = catch_unwind(AssertUnwindSafe(move || {
+            let session = session; // moved, not reborrowed: the closure is FnOnce
+            session.forward_batch(&rows)
+        }));
+        self.m.steps += 1;
+        let logits = match result {
+            Ok(Ok(l)) => l,
+            Ok(Err(e)) => return self.fail_plan(EngineError::Model(e.to_string())),
+            Err(p) => return self.fail_plan(EngineError::Panic(panic_text(&*p))),
+        };
+        let now = Instant::now();
+        let mut k = 0;
+        let mut finished: Vec<(u64, Result<FinishReason, EngineError>)> = Vec::new();
+        let plan = std::mem::take(&mut self.plan);
+        for (&(id, n), &want) in plan.iter().zip(&wants) {
+            let Some(q) = self.running.iter_mut().find(|q| q.id == id) else {
+                continue;
+            };
+            q.done += n;
+            if !want {
+                continue;
+            }
+            let row = &logits[k * vocab..(k + 1) * vocab];
+            k += 1;
+            let itl = &mut self.m.itl_seconds;
+            let had_first = q.ttft().is_some();
+            let out = catch_unwind(AssertUnwindSafe(|| {
+                q.on_logits(row, now, |g| itl.observe(g))
+            }));
+            self.m.generated_tokens_total += 1;
+            if !had_first && let Some(t) = q.ttft() {
+                self.m.ttft_seconds.observe(t);
+            }
+            match out {
+                Ok(Ok(Outcome::Continue)) => {}
+                Ok(Ok(Outcome::Finished(f))) => finished.push((id, Ok(f))),
+                Ok(Ok(Outcome::Disconnected)) => finished.push((id, Ok(FinishReason::Cancelled))),
+                Ok(Err(e)) => finished.push((id, Err(e))),
+                Err(p) => finished.push((id, Err(EngineError::Panic(panic_text(&*p))))),
+            }
+        }
+        self.plan = plan;
+        self.plan.clear();
+        for (id, r) in finished {
+            let Some(i) = self.running.iter().position(|q| q.id == id) else {
+                continue;
+            };
+            let q = self.running.remove(i);
+            self.end(q, r);
+        }
+    }
+
+    /// Fails every request of the current step (their blocks are freed; the KV they
+    /// appended this step goes with them).
+    fn fail_plan(&mut self, e: EngineError) {
+        let plan = std::mem::take(&mut self.plan);
+        for (id, _) in plan {
+            if let Some(i) = self.running.iter().position(|q| q.id == id) {
+                self.fail(i, e.clone());
+            }
+        }
+    }
+
+    /// Copies the counters and the cache's state into the shared snapshot.
+    fn publish(&mut self) {
+        let st = self.session.kv().stats();
+        let m = &mut self.m;
+        m.running = self.running.len();
+        m.waiting = self.waiting.len();
+        m.kv_blocks_used = st.used_blocks;
+        m.kv_blocks_total = st.n_blocks;
+        m.kv_block_tokens = st.block_size;
+        m.kv_fragmentation = st.waste();
+        m.prefix_queries = st.prefix.queries;
+        m.prefix_hits = st.prefix.hits;
+        m.prefix_tokens_saved = st.prefix.tokens_saved;
+        m.prefix_miss_short = st.prefix.miss_short;
+        m.prefix_miss_evicted = st.prefix.miss_evicted;
+        m.prefix_miss_never_seen = st.prefix.miss_never_seen;
+        lock(&self.shared.metrics).clone_from(m);
+    }
+}

@@ -1,0 +1,497 @@
+//! The endpoints: request validation, prompt building (chat template), submission to the
+//! engine, and the answer (one JSON body, or an SSE stream: see [`crate::stream`]).
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use kiln_engine::{Event, FinishReason, Request};
+use kiln_tokenizer::chat::{Conversation, RenderOptions};
+use serde_json::Value;
+
+use crate::error::ApiError;
+use crate::params::{self, Params};
+use crate::state::{AppState, Backend};
+use crate::stream::{self, Choice, Kind, StreamCtx};
+use crate::wire::{
+    ChatChoice, ChatMessageOut, ChatRequest, ChatResponse, CompletionChoice, CompletionRequest,
+    CompletionResponse, ModelCard, ModelList, Prompt, UsageJson,
+};
+
+/// The body as bytes: 413 over the limit, 400 when unreadable.
+fn body_bytes(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes, ApiError> {
+    body.map_err(|r| {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError {
+                status: StatusCode::PAYLOAD_TOO_LARGE,
+                message: format!("the request body is larger than {limit} bytes"),
+                kind: "invalid_request_error",
+                param: None,
+                code: Some("request_too_large"),
+            }
+        } else {
+            ApiError::bad_request(format!("cannot read the request body: {r}"), None)
+        }
+    })
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::bad_request(
+            format!("We could not parse the JSON body of your request: {e}"),
+            None,
+        )
+    })
+}
+
+/// The backend, unless the server is loading or shutting down (503).
+fn ready(state: &AppState) -> Result<&Backend, ApiError> {
+    if state.is_shutting_down() {
+        return Err(ApiError::unavailable("the server is shutting down"));
+    }
+    state
+        .backend()
+        .ok_or_else(|| ApiError::unavailable("the model is still loading; retry shortly"))
+}
+
+fn check_model(b: &Backend, model: Option<&str>) -> Result<(), ApiError> {
+    if b.serves(model) {
+        Ok(())
+    } else {
+        Err(ApiError::model_not_found(model.unwrap_or(""), &b.model_id))
+    }
+}
+
+/// Counts the answer's class and turns it into a response.
+fn finish(state: &AppState, r: Result<Response, ApiError>) -> Response {
+    match r {
+        Ok(r) => r,
+        Err(e) => {
+            state.count(|c| {
+                if e.status.is_server_error() {
+                    c.http_errors_5xx += 1;
+                } else {
+                    c.http_errors_4xx += 1;
+                }
+            });
+            e.into_response()
+        }
+    }
+}
+
+pub async fn completions(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    state.count(|c| c.http_requests += 1);
+    let r = completions_inner(&state, body).await;
+    finish(&state, r)
+}
+
+async fn completions_inner(
+    state: &AppState,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let bytes = body_bytes(body, state.config().max_body_bytes)?;
+    let req: CompletionRequest = parse_json(&bytes)?;
+    let b = ready(state)?;
+    check_model(b, req.common.model.as_deref())?;
+    if req.echo == Some(true) {
+        return Err(ApiError::bad_request("echo is not supported", Some("echo")));
+    }
+    if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
+        return Err(ApiError::bad_request(
+            "suffix is not supported",
+            Some("suffix"),
+        ));
+    }
+    if let Some(best_of) = req.best_of
+        && best_of != req.common.n.unwrap_or(1)
+    {
+        return Err(ApiError::bad_request(
+            "best_of other than n is not supported",
+            Some("best_of"),
+        ));
+    }
+    let logprobs = match req.logprobs {
+        None => None,
+        Some(k) if k >= 0 => Some(k as usize),
+        Some(k) => {
+            return Err(ApiError::bad_request(
+                format!(
+                    "logprobs must be between 0 and {} (got {k})",
+                    params::MAX_TOP_LOGPROBS
+                ),
+                Some("logprobs"),
+            ));
+        }
+    };
+    let vocab = b.tokenizer.vocab_size();
+    let p = params::parse(
+        &req.common,
+        Some(req.common.max_tokens.unwrap_or(16)),
+        logprobs,
+        vocab,
+    )?;
+    let prompt = req
+        .prompt
+        .ok_or_else(|| ApiError::bad_request("prompt is required", Some("prompt")))?;
+    let prompts = completion_prompts(b, prompt)?;
+    let ctx = StreamCtx::new(state, Kind::Completion, logprobs.is_some());
+    respond(state, b, &p, prompts, ctx).await
+}
+
+/// The token ids of each prompt of a completion request.
+fn completion_prompts(b: &Backend, prompt: Prompt) -> Result<Vec<Vec<u32>>, ApiError> {
+    let encode = |text: &str| {
+        b.tokenizer.encode(text, true, true).map_err(|e| {
+            ApiError::bad_request(format!("cannot tokenize the prompt: {e}"), Some("prompt"))
+        })
+    };
+    let vocab = b.tokenizer.vocab_size();
+    let check_ids = |ids: Vec<u32>| match ids.iter().find(|&&id| id as usize >= vocab) {
+        Some(bad) => Err(ApiError::bad_request(
+            format!("token id {bad} is outside the vocabulary of {vocab}"),
+            Some("prompt"),
+        )),
+        None => Ok(ids),
+    };
+    let prompts = match prompt {
+        Prompt::Text(t) => vec![encode(&t)?],
+        Prompt::Texts(ts) => ts.iter().map(|t| encode(t)).collect::<Result<_, _>>()?,
+        Prompt::Tokens(ids) => vec![check_ids(ids)?],
+        Prompt::TokenLists(lists) => lists.into_iter().map(check_ids).collect::<Result<_, _>>()?,
+    };
+    if prompts.is_empty() {
+        return Err(ApiError::bad_request("prompt is empty", Some("prompt")));
+    }
+    Ok(prompts)
+}
+
+pub async fn chat(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
+    state.count(|c| c.http_requests += 1);
+    let r = chat_inner(&state, body).await;
+    finish(&state, r)
+}
+
+async fn chat_inner(
+    state: &AppState,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let bytes = body_bytes(body, state.config().max_body_bytes)?;
+    let req: ChatRequest = parse_json(&bytes)?;
+    let b = ready(state)?;
+    check_model(b, req.common.model.as_deref())?;
+    if req
+        .tools
+        .as_ref()
+        .is_some_and(|t| !t.is_null() && t.as_array().is_none_or(|a| !a.is_empty()))
+    {
+        return Err(ApiError::bad_request(
+            "tools (function calling) are not supported",
+            Some("tools"),
+        ));
+    }
+    let logprobs = match (req.logprobs, req.top_logprobs) {
+        (Some(true), k) => match k.unwrap_or(0) {
+            k if k >= 0 => Some(k as usize),
+            k => {
+                return Err(ApiError::bad_request(
+                    format!("top_logprobs must be between 0 and 20 (got {k})"),
+                    Some("top_logprobs"),
+                ));
+            }
+        },
+        (_, Some(k)) if k > 0 => {
+            return Err(ApiError::bad_request(
+                "top_logprobs needs logprobs: true",
+                Some("top_logprobs"),
+            ));
+        }
+        _ => None,
+    };
+    let max_tokens = req.max_completion_tokens.or(req.common.max_tokens);
+    let p = params::parse(&req.common, max_tokens, logprobs, b.tokenizer.vocab_size())?;
+    let messages = req
+        .messages
+        .ok_or_else(|| ApiError::bad_request("messages is required", Some("messages")))?;
+    let prompt = chat_prompt(b, messages)?;
+    let ctx = StreamCtx::new(state, Kind::Chat, logprobs.is_some());
+    respond(state, b, &p, vec![prompt], ctx).await
+}
+
+/// Renders `messages` with the model's chat template (ending with the assistant's header)
+/// and tokenizes the result.
+fn chat_prompt(b: &Backend, messages: Vec<Value>) -> Result<Vec<u32>, ApiError> {
+    let template = b.template.as_ref().ok_or_else(|| {
+        ApiError::bad_request(
+            "this model has no chat template; use /v1/completions",
+            Some("messages"),
+        )
+    })?;
+    if messages.is_empty() {
+        return Err(ApiError::bad_request("messages is empty", Some("messages")));
+    }
+    let messages = messages
+        .into_iter()
+        .map(normalize_message)
+        .collect::<Result<Vec<_>, _>>()?;
+    let json = Value::Array(messages).to_string();
+    let conv = Conversation::from_json(&json)
+        .map_err(|e| ApiError::bad_request(e.to_string(), Some("messages")))?;
+    let text = template
+        .render(&conv, &RenderOptions::generation())
+        .map_err(|e| {
+            ApiError::bad_request(
+                format!("the chat template rejected the messages: {e}"),
+                Some("messages"),
+            )
+        })?;
+    template.prompt_tokens(&b.tokenizer, &text).map_err(|e| {
+        ApiError::bad_request(
+            format!("cannot tokenize the messages: {e}"),
+            Some("messages"),
+        )
+    })
+}
+
+/// Checks one message and flattens content parts (`[{"type":"text","text":…}]`) to a
+/// string, as templates expect.
+fn normalize_message(mut m: Value) -> Result<Value, ApiError> {
+    let bad = |why: &str| ApiError::bad_request(why.to_string(), Some("messages"));
+    let obj = m
+        .as_object_mut()
+        .ok_or_else(|| bad("every message must be an object"))?;
+    if !obj.get("role").is_some_and(Value::is_string) {
+        return Err(bad("every message needs a string role"));
+    }
+    if let Some(Value::Array(parts)) = obj.get("content") {
+        let mut text = Vec::with_capacity(parts.len());
+        for part in parts {
+            match (part.get("type").and_then(Value::as_str), part.get("text")) {
+                (Some("text"), Some(Value::String(t))) => text.push(t.clone()),
+                (kind, _) => {
+                    return Err(bad(&format!(
+                        "content parts of type {} are not supported (text only)",
+                        kind.unwrap_or("?")
+                    )));
+                }
+            }
+        }
+        obj.insert("content".into(), Value::String(text.join("\n")));
+    }
+    Ok(m)
+}
+
+/// Submits every choice and answers: a stream, or one body once all are done.
+async fn respond(
+    state: &AppState,
+    b: &Backend,
+    p: &Params,
+    prompts: Vec<Vec<u32>>,
+    ctx: StreamCtx,
+) -> Result<Response, ApiError> {
+    let n_ctx = b.engine.config().n_ctx;
+    let mut requests: Vec<(usize, bool, Request)> = Vec::new();
+    for (pi, prompt) in prompts.into_iter().enumerate() {
+        for (j, r) in params::requests(p, prompt, n_ctx)?.into_iter().enumerate() {
+            requests.push((pi * p.n + j, j == 0, r));
+        }
+    }
+    // Submitted all or none: an error drops (cancels) the handles already made.
+    let mut choices = Vec::with_capacity(requests.len());
+    for (index, first_of_prompt, r) in requests {
+        let handle = b.engine.submit(r)?;
+        choices.push(Choice {
+            index,
+            counts_prompt: first_of_prompt,
+            handle,
+        });
+    }
+    if p.stream {
+        Ok(stream::sse(state.clone(), ctx, choices, p.include_usage))
+    } else {
+        collect(ctx, choices).await
+    }
+}
+
+/// One finished choice.
+struct Collected {
+    index: usize,
+    text: String,
+    finish: FinishReason,
+    out: stream::ChoiceOut,
+    usage: kiln_engine::Usage,
+    counts_prompt: bool,
+}
+
+async fn collect_one(ctx: &StreamCtx, c: Choice) -> Result<Collected, ApiError> {
+    let mut text = String::new();
+    let mut out = stream::ChoiceOut::default();
+    loop {
+        match c.handle.recv_async().await {
+            Some(Event::Token {
+                id,
+                text: piece,
+                logprob,
+                top,
+            }) => {
+                ctx.record_logprobs(&mut out, text.len(), id, logprob, &top);
+                text.push_str(&piece);
+            }
+            Some(Event::Done { finish, usage, .. }) => {
+                if finish == FinishReason::Cancelled {
+                    return Err(ApiError::unavailable(
+                        "the request was cancelled because the server is shutting down",
+                    ));
+                }
+                return Ok(Collected {
+                    index: c.index,
+                    text,
+                    finish,
+                    out,
+                    usage,
+                    counts_prompt: c.counts_prompt,
+                });
+            }
+            Some(Event::Error(e)) => return Err(e.into()),
+            None => {
+                return Err(ApiError::internal(
+                    "the engine stopped before the request ended",
+                ));
+            }
+        }
+    }
+}
+
+/// Waits for every choice (an error in one drops, and so cancels, the others).
+async fn collect(ctx: StreamCtx, choices: Vec<Choice>) -> Result<Response, ApiError> {
+    let mut done =
+        futures_util::future::try_join_all(choices.into_iter().map(|c| collect_one(&ctx, c)))
+            .await?;
+    let mut usage = UsageJson::default();
+    for c in &done {
+        usage.add(&c.usage, c.counts_prompt);
+    }
+    done.sort_by_key(|c| c.index);
+    let body = match ctx.kind {
+        Kind::Completion => serde_json::to_string(&CompletionResponse {
+            id: ctx.id.clone(),
+            object: "text_completion",
+            created: ctx.created,
+            model: ctx.model.clone(),
+            choices: done
+                .into_iter()
+                .map(|c| CompletionChoice {
+                    index: c.index,
+                    text: c.text,
+                    logprobs: ctx.logprobs.then_some(c.out.completion),
+                    finish_reason: Some(c.finish.as_str()),
+                })
+                .collect(),
+            usage: Some(usage),
+        }),
+        Kind::Chat => serde_json::to_string(&ChatResponse {
+            id: ctx.id.clone(),
+            object: "chat.completion",
+            created: ctx.created,
+            model: ctx.model.clone(),
+            choices: done
+                .into_iter()
+                .map(|c| ChatChoice {
+                    index: c.index,
+                    message: ChatMessageOut {
+                        role: "assistant",
+                        content: c.text,
+                    },
+                    logprobs: ctx.logprobs.then_some(c.out.chat),
+                    finish_reason: c.finish.as_str(),
+                })
+                .collect(),
+            usage,
+        }),
+    }
+    .map_err(|e| ApiError::internal(format!("cannot encode the response: {e}")))?;
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response())
+}
+
+pub async fn models(State(state): State<AppState>) -> Response {
+    let data = state
+        .backend()
+        .map(|b| ModelCard {
+            id: b.model_id.clone(),
+            object: "model",
+            created: state.0.created,
+            owned_by: "kiln",
+        })
+        .into_iter()
+        .collect();
+    axum::Json(ModelList {
+        object: "list",
+        data,
+    })
+    .into_response()
+}
+
+pub async fn health(State(state): State<AppState>) -> Response {
+    let (status, word) = if state.is_shutting_down() {
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting_down")
+    } else if state.backend().is_none() {
+        (StatusCode::SERVICE_UNAVAILABLE, "loading")
+    } else {
+        (StatusCode::OK, "ok")
+    };
+    (status, axum::Json(serde_json::json!({ "status": word }))).into_response()
+}
+
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    let snapshot = state
+        .backend()
+        .map(|b| b.engine.metrics())
+        .unwrap_or_default();
+    let text = crate::metrics::render(&snapshot, &state.counters(), state.backend().is_none());
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+pub async fn not_found() -> Response {
+    ApiError {
+        status: StatusCode::NOT_FOUND,
+        message: "no such endpoint (try /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics)".into(),
+        kind: "invalid_request_error",
+        param: None,
+        code: Some("unknown_url"),
+    }
+    .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_content_parts_flatten_and_other_parts_are_refused() {
+        let m = normalize_message(serde_json::json!({
+            "role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]
+        }))
+        .unwrap();
+        assert_eq!(m["content"], "a\nb");
+        let e = normalize_message(serde_json::json!({
+            "role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]
+        }))
+        .unwrap_err();
+        assert!(e.message.contains("image_url"), "{}", e.message);
+        assert!(normalize_message(serde_json::json!({"content":"x"})).is_err());
+    }
+}

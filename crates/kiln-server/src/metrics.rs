@@ -1,0 +1,262 @@
+//! `GET /metrics`: the engine's snapshot in Prometheus' text exposition format (0.0.4).
+
+use std::fmt::Write;
+
+use kiln_engine::{EngineMetrics, Histogram};
+
+/// Counters the server keeps itself (requests it refused before the engine saw them, …).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ServerCounters {
+    pub http_requests: u64,
+    pub http_errors_4xx: u64,
+    pub http_errors_5xx: u64,
+    pub client_disconnects: u64,
+}
+
+fn gauge(out: &mut String, name: &str, help: &str, value: f64) {
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+    );
+}
+
+fn counter(out: &mut String, name: &str, help: &str, value: u64) {
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+    );
+}
+
+fn labelled_counter(out: &mut String, name: &str, help: &str, label: &str, values: &[(&str, u64)]) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+    for (l, v) in values {
+        let _ = writeln!(out, "{name}{{{label}=\"{l}\"}} {v}");
+    }
+}
+
+fn histogram(out: &mut String, name: &str, help: &str, h: &Histogram) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+    for (b, c) in h.bounds.iter().zip(&h.counts) {
+        let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {c}");
+    }
+    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", h.count);
+    let _ = writeln!(out, "{name}_sum {}", h.sum);
+    let _ = writeln!(out, "{name}_count {}", h.count);
+}
+
+/// The exposition text of one snapshot.
+pub fn render(m: &EngineMetrics, s: &ServerCounters, loading: bool) -> String {
+    let mut o = String::with_capacity(4096);
+    gauge(
+        &mut o,
+        "kiln_model_loaded",
+        "1 once the model is loaded and the engine runs.",
+        if loading { 0.0 } else { 1.0 },
+    );
+    gauge(
+        &mut o,
+        "kiln_requests_running",
+        "Sequences admitted to the engine (prefilling or decoding).",
+        m.running as f64,
+    );
+    gauge(
+        &mut o,
+        "kiln_requests_waiting",
+        "Requests queued in the engine, not yet admitted (including preempted ones).",
+        m.waiting as f64,
+    );
+    gauge(
+        &mut o,
+        "kiln_kv_blocks_used",
+        "KV cache blocks held by sequences.",
+        m.kv_blocks_used as f64,
+    );
+    gauge(
+        &mut o,
+        "kiln_kv_blocks_total",
+        "KV cache blocks in the pool.",
+        m.kv_blocks_total as f64,
+    );
+    gauge(
+        &mut o,
+        "kiln_kv_block_tokens",
+        "Tokens per KV cache block.",
+        m.kv_block_tokens as f64,
+    );
+    gauge(
+        &mut o,
+        "kiln_kv_fragmentation_ratio",
+        "Allocated but unused token slots over allocated slots.",
+        m.kv_fragmentation,
+    );
+    counter(
+        &mut o,
+        "kiln_prefix_cache_queries_total",
+        "Prefix-cache lookups at admission.",
+        m.prefix_queries,
+    );
+    counter(
+        &mut o,
+        "kiln_prefix_cache_hits_total",
+        "Prefix-cache lookups that reused at least one block.",
+        m.prefix_hits,
+    );
+    labelled_counter(
+        &mut o,
+        "kiln_prefix_cache_misses_total",
+        "Prefix-cache lookups that reused nothing, by reason.",
+        "reason",
+        &[
+            ("short", m.prefix_miss_short),
+            ("evicted", m.prefix_miss_evicted),
+            ("never_seen", m.prefix_miss_never_seen),
+        ],
+    );
+    counter(
+        &mut o,
+        "kiln_prefix_cache_tokens_saved_total",
+        "Prompt tokens whose KV came from the prefix cache.",
+        m.prefix_tokens_saved,
+    );
+    counter(
+        &mut o,
+        "kiln_preemptions_total",
+        "Sequences preempted (freed and requeued for recomputation) for lack of KV blocks.",
+        m.preemptions,
+    );
+    labelled_counter(
+        &mut o,
+        "kiln_requests_total",
+        "Engine requests ended, by outcome.",
+        "outcome",
+        &[
+            ("finished", m.requests_finished),
+            ("cancelled", m.requests_cancelled),
+            ("failed", m.requests_failed),
+        ],
+    );
+    counter(
+        &mut o,
+        "kiln_prompt_tokens_total",
+        "Prompt tokens of admitted requests.",
+        m.prompt_tokens_total,
+    );
+    counter(
+        &mut o,
+        "kiln_generation_tokens_total",
+        "Tokens generated.",
+        m.generated_tokens_total,
+    );
+    counter(
+        &mut o,
+        "kiln_engine_steps_total",
+        "Scheduler steps (batched forward passes).",
+        m.steps,
+    );
+    histogram(
+        &mut o,
+        "kiln_time_to_first_token_seconds",
+        "Submission to first token.",
+        &m.ttft_seconds,
+    );
+    histogram(
+        &mut o,
+        "kiln_inter_token_latency_seconds",
+        "Gap between consecutive tokens of a request.",
+        &m.itl_seconds,
+    );
+    histogram(
+        &mut o,
+        "kiln_queue_time_seconds",
+        "Submission to admission.",
+        &m.queue_seconds,
+    );
+    counter(
+        &mut o,
+        "kiln_http_requests_total",
+        "HTTP requests to the completion endpoints.",
+        s.http_requests,
+    );
+    labelled_counter(
+        &mut o,
+        "kiln_http_errors_total",
+        "Completion requests answered with an error, by class.",
+        "class",
+        &[("4xx", s.http_errors_4xx), ("5xx", s.http_errors_5xx)],
+    );
+    counter(
+        &mut o,
+        "kiln_client_disconnects_total",
+        "Streams whose client went away before the end (their requests were cancelled).",
+        s.client_disconnects,
+    );
+    o
+}
+
+/// Parses exposition text into `(name with labels, value)` pairs (for tests and the
+/// convoy suite).
+pub fn parse(text: &str) -> Vec<(String, f64)> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| {
+            let (k, v) = l.rsplit_once(' ')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_has_types_histogram_buckets_and_parses_back() {
+        let mut h = Histogram::with_bounds(&[0.1, 1.0]);
+        h.observe(0.05);
+        h.observe(0.5);
+        h.observe(5.0);
+        let m = EngineMetrics {
+            kv_blocks_used: 3,
+            kv_blocks_total: 100,
+            prefix_miss_evicted: 2,
+            ttft_seconds: h,
+            ..EngineMetrics::default()
+        };
+        let text = render(&m, &ServerCounters::default(), false);
+        assert!(text.contains("# TYPE kiln_time_to_first_token_seconds histogram"));
+        let p = parse(&text);
+        let get = |k: &str| p.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
+        assert_eq!(get("kiln_kv_blocks_used"), Some(3.0));
+        assert_eq!(get("kiln_kv_blocks_total"), Some(100.0));
+        assert_eq!(
+            get("kiln_prefix_cache_misses_total{reason=\"evicted\"}"),
+            Some(2.0)
+        );
+        assert_eq!(
+            get("kiln_time_to_first_token_seconds_bucket{le=\"0.1\"}"),
+            Some(1.0)
+        );
+        assert_eq!(
+            get("kiln_time_to_first_token_seconds_bucket{le=\"1\"}"),
+            Some(2.0)
+        );
+        assert_eq!(
+            get("kiln_time_to_first_token_seconds_bucket{le=\"+Inf\"}"),
+            Some(3.0)
+        );
+        assert_eq!(get("kiln_time_to_first_token_seconds_count"), Some(3.0));
+        // Every sample line has a TYPE line for its family.
+        for (name, _) in &p {
+            let family = name.split('{').next().unwrap();
+            let base = family
+                .trim_end_matches("_bucket")
+                .trim_end_matches("_sum")
+                .trim_end_matches("_count");
+            assert!(
+                text.contains(&format!("# TYPE {family} "))
+                    || text.contains(&format!("# TYPE {base} ")),
+                "{name} has no TYPE line"
+            );
+        }
+    }
+}

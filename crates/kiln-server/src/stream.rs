@@ -1,0 +1,360 @@
+//! SSE streaming in OpenAI's chunk format: `data: {chunk}\n\n` per event; chat streams
+//! open each choice with a `delta.role` chunk, every choice ends with a chunk carrying its
+//! `finish_reason`, an optional usage chunk (`stream_options.include_usage`) follows, and
+//! the stream ends with `data: [DONE]`. Dropping the stream (the client went away) drops
+//! the request handles, which cancels the requests and frees their KV blocks.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream::{self, SelectAll, Stream, StreamExt};
+use kiln_engine::{Event, RequestHandle, TokenLogprob};
+use kiln_tokenizer::Tokenizer;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::wire::{
+    ChatChunk, ChatChunkChoice, ChatLogprobs, ChatTokenLogprob, ChatTopLogprob, CompletionChoice,
+    CompletionLogprobs, CompletionResponse, Delta, UsageJson,
+};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Completion,
+    Chat,
+}
+
+/// One submitted choice.
+pub struct Choice {
+    pub index: usize,
+    /// Whether its prompt tokens count in the usage (the first choice of each prompt).
+    pub counts_prompt: bool,
+    pub handle: RequestHandle,
+}
+
+/// What a response needs besides the tokens.
+pub struct StreamCtx {
+    pub kind: Kind,
+    pub id: String,
+    pub created: u64,
+    pub model: String,
+    pub logprobs: bool,
+    pub tokenizer: Option<Arc<Tokenizer>>,
+}
+
+/// Log-probabilities gathered for one choice (in both formats; the endpoint picks one).
+#[derive(Default, Debug, Clone)]
+pub struct ChoiceOut {
+    pub completion: CompletionLogprobs,
+    pub chat: ChatLogprobs,
+}
+
+impl StreamCtx {
+    pub fn new(state: &AppState, kind: Kind, logprobs: bool) -> StreamCtx {
+        let prefix = match kind {
+            Kind::Completion => "cmpl-",
+            Kind::Chat => "chatcmpl-",
+        };
+        let b = state.backend();
+        StreamCtx {
+            kind,
+            id: format!("{prefix}{}", state.next_id()),
+            created: crate::state::unix_now(),
+            model: b.map(|b| b.model_id.clone()).unwrap_or_default(),
+            logprobs,
+            tokenizer: b.map(|b| Arc::clone(&b.tokenizer)),
+        }
+    }
+
+    fn piece(&self, id: u32) -> (String, Vec<u8>) {
+        let bytes = self
+            .tokenizer
+            .as_ref()
+            .map(|t| t.token_bytes(id).to_vec())
+            .unwrap_or_default();
+        (String::from_utf8_lossy(&bytes).into_owned(), bytes)
+    }
+
+    /// Adds one token's log-probabilities (`offset`: text length before it).
+    pub fn record_logprobs(
+        &self,
+        out: &mut ChoiceOut,
+        offset: usize,
+        id: u32,
+        logprob: Option<TokenLogprob>,
+        top: &[TokenLogprob],
+    ) {
+        if !self.logprobs {
+            return;
+        }
+        let lp = logprob.map_or(f32::NAN, |l| l.logprob);
+        let (token, bytes) = self.piece(id);
+        match self.kind {
+            Kind::Completion => {
+                let c = &mut out.completion;
+                c.tokens.push(token);
+                c.token_logprobs.push(lp);
+                c.top_logprobs.push(
+                    top.iter()
+                        .map(|t| (self.piece(t.id).0, t.logprob))
+                        .collect(),
+                );
+                c.text_offset.push(offset);
+            }
+            Kind::Chat => out.chat.content.push(ChatTokenLogprob {
+                token,
+                logprob: lp,
+                bytes,
+                top_logprobs: top
+                    .iter()
+                    .map(|t| {
+                        let (token, bytes) = self.piece(t.id);
+                        ChatTopLogprob {
+                            token,
+                            logprob: t.logprob,
+                            bytes,
+                        }
+                    })
+                    .collect(),
+            }),
+        }
+    }
+
+    fn completion_chunk(
+        &self,
+        index: usize,
+        text: String,
+        logprobs: Option<CompletionLogprobs>,
+        finish: Option<&'static str>,
+        usage: Option<UsageJson>,
+    ) -> String {
+        let choices = if usage.is_some() {
+            Vec::new()
+        } else {
+            vec![CompletionChoice {
+                index,
+                text,
+                logprobs,
+                finish_reason: finish,
+            }]
+        };
+        serde_json::to_string(&CompletionResponse {
+            id: self.id.clone(),
+            object: "text_completion",
+            created: self.created,
+            model: self.model.clone(),
+            choices,
+            usage,
+        })
+        .unwrap_or_default()
+    }
+
+    fn chat_chunk(
+        &self,
+        index: usize,
+        delta: Delta,
+        logprobs: Option<ChatLogprobs>,
+        finish: Option<&'static str>,
+        usage: Option<UsageJson>,
+    ) -> String {
+        let choices = if usage.is_some() {
+            Vec::new()
+        } else {
+            vec![ChatChunkChoice {
+                index,
+                delta,
+                logprobs,
+                finish_reason: finish,
+            }]
+        };
+        serde_json::to_string(&ChatChunk {
+            id: self.id.clone(),
+            object: "chat.completion.chunk",
+            created: self.created,
+            model: self.model.clone(),
+            choices,
+            usage,
+        })
+        .unwrap_or_default()
+    }
+}
+
+type ChoiceStream = Pin<Box<dyn Stream<Item = (usize, bool, Event)> + Send>>;
+
+/// The events of one choice, ending after its last event.
+fn choice_stream(c: Choice) -> ChoiceStream {
+    let Choice {
+        index,
+        counts_prompt,
+        handle,
+    } = c;
+    Box::pin(stream::unfold(Some(handle), move |h| async move {
+        let h = h?;
+        let ev = h.recv_async().await?;
+        let last = matches!(ev, Event::Done { .. } | Event::Error(_));
+        Some(((index, counts_prompt, ev), (!last).then_some(h)))
+    }))
+}
+
+struct SseState {
+    state: AppState,
+    ctx: StreamCtx,
+    inner: SelectAll<ChoiceStream>,
+    pending: VecDeque<String>,
+    /// Text length released so far, per choice (for `text_offset`).
+    offsets: Vec<usize>,
+    ended: Vec<bool>,
+    usage: UsageJson,
+    include_usage: bool,
+    finished: bool,
+}
+
+impl SseState {
+    fn on_event(&mut self, index: usize, counts_prompt: bool, ev: Event) {
+        let slot = self.slot(index);
+        match ev {
+            Event::Token {
+                id,
+                text,
+                logprob,
+                top,
+            } => {
+                let mut out = ChoiceOut::default();
+                self.ctx
+                    .record_logprobs(&mut out, self.offsets[slot], id, logprob, &top);
+                self.offsets[slot] += text.len();
+                if text.is_empty() && !self.ctx.logprobs {
+                    return;
+                }
+                let chunk = match self.ctx.kind {
+                    Kind::Completion => self.ctx.completion_chunk(
+                        index,
+                        text,
+                        self.ctx.logprobs.then_some(out.completion),
+                        None,
+                        None,
+                    ),
+                    Kind::Chat => self.ctx.chat_chunk(
+                        index,
+                        Delta {
+                            role: None,
+                            content: Some(text),
+                        },
+                        self.ctx.logprobs.then_some(out.chat),
+                        None,
+                        None,
+                    ),
+                };
+                self.pending.push_back(chunk);
+            }
+            Event::Done { finish, usage, .. } => {
+                self.ended[slot] = true;
+                self.usage.add(&usage, counts_prompt);
+                let f = Some(finish.as_str());
+                let chunk = match self.ctx.kind {
+                    Kind::Completion => {
+                        self.ctx
+                            .completion_chunk(index, String::new(), None, f, None)
+                    }
+                    Kind::Chat => self.ctx.chat_chunk(index, Delta::default(), None, f, None),
+                };
+                self.pending.push_back(chunk);
+            }
+            Event::Error(e) => {
+                self.ended[slot] = true;
+                self.pending.push_back(ApiError::from(e).body());
+            }
+        }
+    }
+
+    fn slot(&mut self, index: usize) -> usize {
+        if index >= self.offsets.len() {
+            self.offsets.resize(index + 1, 0);
+            self.ended.resize(index + 1, false);
+        }
+        index
+    }
+
+    fn on_end(&mut self) {
+        if self.ended.iter().any(|e| !e) {
+            self.pending.push_back(
+                ApiError::internal("the engine stopped before the request ended").body(),
+            );
+        }
+        if self.include_usage {
+            let chunk = match self.ctx.kind {
+                Kind::Completion => {
+                    self.ctx
+                        .completion_chunk(0, String::new(), None, None, Some(self.usage))
+                }
+                Kind::Chat => {
+                    self.ctx
+                        .chat_chunk(0, Delta::default(), None, None, Some(self.usage))
+                }
+            };
+            self.pending.push_back(chunk);
+        }
+        self.pending.push_back("[DONE]".to_string());
+        self.finished = true;
+    }
+}
+
+impl Drop for SseState {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.state.count(|c| c.client_disconnects += 1);
+        }
+    }
+}
+
+/// The streaming response for `choices`.
+pub fn sse(state: AppState, ctx: StreamCtx, choices: Vec<Choice>, include_usage: bool) -> Response {
+    let n = choices.iter().map(|c| c.index + 1).max().unwrap_or(0);
+    let mut pending = VecDeque::new();
+    if ctx.kind == Kind::Chat {
+        for c in &choices {
+            pending.push_back(ctx.chat_chunk(
+                c.index,
+                Delta {
+                    role: Some("assistant"),
+                    content: Some(String::new()),
+                },
+                None,
+                None,
+                None,
+            ));
+        }
+    }
+    let st = SseState {
+        state,
+        ctx,
+        inner: stream::select_all(choices.into_iter().map(choice_stream)),
+        pending,
+        offsets: vec![0; n],
+        ended: vec![false; n],
+        usage: UsageJson::default(),
+        include_usage,
+        finished: false,
+    };
+    let events = stream::unfold(st, |mut st| async move {
+        loop {
+            if let Some(data) = st.pending.pop_front() {
+                return Some((Ok::<_, Infallible>(SseEvent::default().data(data)), st));
+            }
+            if st.finished {
+                return None;
+            }
+            match st.inner.next().await {
+                Some((index, counts_prompt, ev)) => st.on_event(index, counts_prompt, ev),
+                None => st.on_end(),
+            }
+        }
+    });
+    Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}

@@ -1,0 +1,462 @@
+//! The server over real HTTP on 127.0.0.1:0 with SmolLM2-135M: greedy text equal to the
+//! engine's, streaming equal to non-streaming, chat through the template, every error
+//! status, /metrics and KV blocks freed after a client disconnects mid-stream, /health.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kiln_engine::{Engine, EngineConfig, Event, Request};
+use kiln_format::GgufFile;
+use kiln_model::Model;
+use kiln_server::{AppState, Backend, ServerConfig};
+use kiln_tokenizer::Tokenizer;
+use kiln_tokenizer::chat::{ChatTemplate, Conversation, RenderOptions};
+use serde_json::{Value, json};
+
+const PROMPT: &str = "The capital of France is";
+
+struct Server {
+    addr: SocketAddr,
+    state: AppState,
+    engine: Engine,
+    tokenizer: Arc<Tokenizer>,
+    template: Arc<ChatTemplate>,
+}
+
+fn load() -> (Arc<Model>, Arc<Tokenizer>, Arc<ChatTemplate>) {
+    let path = kiln_hub::resolve("smollm2-135m").expect("smollm2-135m must be in the cache");
+    let file = Arc::new(GgufFile::open(&path).expect("open gguf"));
+    let tok = Tokenizer::from_gguf(file.metadata()).expect("tokenizer");
+    let template = ChatTemplate::from_gguf(file.metadata(), &tok)
+        .expect("template")
+        .expect("SmolLM2 has a chat template");
+    let model = Arc::new(Model::from_gguf(file).expect("model"));
+    (model, Arc::new(tok), Arc::new(template))
+}
+
+/// A 512-token context with KV room for 8 of them.
+fn engine_config(model: &Model) -> EngineConfig {
+    let mut cfg = EngineConfig::for_model(model);
+    cfg.n_ctx = 512;
+    cfg.threads = 2;
+    let shape = cfg.kv.config(model.config(), 0);
+    cfg.kv.memory = Some(shape.blocks_for_tokens(512) * 8 * shape.block_bytes());
+    cfg
+}
+
+/// A server on a free loopback port, running on its own thread and runtime.
+fn start(config: ServerConfig, tweak: impl FnOnce(&mut EngineConfig)) -> Server {
+    let (model, tokenizer, template) = load();
+    let mut cfg = engine_config(&model);
+    tweak(&mut cfg);
+    let engine = Engine::start(model, Arc::clone(&tokenizer), cfg).expect("engine");
+    let state = AppState::ready(
+        config,
+        Backend {
+            engine: engine.clone(),
+            tokenizer: Arc::clone(&tokenizer),
+            template: Some(Arc::clone(&template)),
+            model_id: "smollm2-135m".into(),
+            aliases: vec!["smollm2".into()],
+        },
+    );
+    let addr = serve_state(state.clone());
+    Server {
+        addr,
+        state,
+        engine,
+        tokenizer,
+        template,
+    }
+}
+
+fn serve_state(state: AppState) -> SocketAddr {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            tx.send(listener.local_addr().expect("addr")).expect("send");
+            kiln_server::run(listener, state, std::future::pending())
+                .await
+                .expect("serve");
+        });
+    });
+    rx.recv().expect("server address")
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(120)))
+        .build()
+        .into()
+}
+
+/// POSTs a JSON text; returns the status and the body.
+fn post(addr: SocketAddr, path: &str, body: &str) -> (u16, String) {
+    let mut r = agent()
+        .post(format!("http://{addr}{path}"))
+        .content_type("application/json")
+        .send(body)
+        .expect("request");
+    let status = r.status().as_u16();
+    (status, r.body_mut().read_to_string().expect("body"))
+}
+
+fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut r = agent()
+        .get(format!("http://{addr}{path}"))
+        .call()
+        .expect("request");
+    let status = r.status().as_u16();
+    (status, r.body_mut().read_to_string().expect("body"))
+}
+
+fn post_json(addr: SocketAddr, path: &str, body: &Value) -> (u16, Value) {
+    let (s, text) = post(addr, path, &body.to_string());
+    let v = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    (s, v)
+}
+
+/// The `data:` payloads of an SSE body, in order.
+fn sse_data(body: &str) -> Vec<String> {
+    body.split("\n\n")
+        .filter_map(|ev| {
+            ev.lines()
+                .find_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")))
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+fn greedy_engine_text(s: &Server, prompt: Vec<u32>, max_tokens: usize) -> String {
+    let h = s
+        .engine
+        .submit(Request::greedy(prompt, max_tokens))
+        .expect("submit");
+    let mut text = String::new();
+    while let Some(ev) = h.recv() {
+        match ev {
+            Event::Token { text: t, .. } => text.push_str(&t),
+            Event::Done { .. } => break,
+            Event::Error(e) => panic!("{e}"),
+        }
+    }
+    text
+}
+
+fn error_of(v: &Value) -> (&str, Option<&str>) {
+    let e = &v["error"];
+    assert!(e["message"].is_string(), "{v}");
+    assert!(e.get("param").is_some() && e.get("code").is_some(), "{v}");
+    (e["type"].as_str().unwrap_or(""), e["code"].as_str())
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    kiln_server::metrics::parse(text)
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v)
+        .unwrap_or_else(|| panic!("no metric {name}"))
+}
+
+#[test]
+fn greedy_completion_equals_the_engines_text_and_streaming_concatenates_to_it() {
+    let s = start(ServerConfig::default(), |_| {});
+    let ids = s.tokenizer.encode(PROMPT, true, true).unwrap();
+    let expected = greedy_engine_text(&s, ids.clone(), 24);
+    assert!(!expected.is_empty());
+
+    let req = json!({"model":"smollm2-135m","prompt":PROMPT,"max_tokens":24,"temperature":0});
+    let (status, v) = post_json(s.addr, "/v1/completions", &req);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["object"], "text_completion");
+    assert_eq!(v["choices"][0]["text"], expected.as_str());
+    assert_eq!(v["usage"]["prompt_tokens"], ids.len());
+    let completion_tokens = v["usage"]["completion_tokens"].as_u64().unwrap();
+    assert!((1..=24).contains(&completion_tokens));
+    let finish = v["choices"][0]["finish_reason"].as_str().unwrap();
+    assert_eq!(finish == "length", completion_tokens == 24, "{v}");
+
+    // The same request streamed: chunks concatenate to the same text, the last choice
+    // chunk has the finish reason, then the usage chunk, then [DONE].
+    let mut streamed = req.clone();
+    streamed["stream"] = json!(true);
+    streamed["stream_options"] = json!({"include_usage": true});
+    let (status, body) = post(s.addr, "/v1/completions", &streamed.to_string());
+    assert_eq!(status, 200, "{body}");
+    let data = sse_data(&body);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{body}");
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["text"].as_str())
+        .collect();
+    assert_eq!(text, expected);
+    let usage = chunks.last().unwrap();
+    assert_eq!(usage["choices"], json!([]));
+    assert_eq!(usage["usage"]["completion_tokens"], completion_tokens);
+    let last_choice = &chunks[chunks.len() - 2]["choices"][0];
+    assert_eq!(last_choice["finish_reason"], finish);
+
+    // Token-id prompts, an alias, and logprobs.
+    let (status, v) = post_json(
+        s.addr,
+        "/v1/completions",
+        &json!({"model":"smollm2","prompt":ids,"max_tokens":4,"temperature":0,"logprobs":2}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let lp = &v["choices"][0]["logprobs"];
+    assert_eq!(lp["tokens"].as_array().unwrap().len(), 4, "{v}");
+    assert_eq!(lp["top_logprobs"][0].as_object().unwrap().len(), 2, "{v}");
+    assert!(expected.starts_with(v["choices"][0]["text"].as_str().unwrap()));
+}
+
+#[test]
+fn chat_completion_uses_the_template_and_streams_role_then_content() {
+    let s = start(ServerConfig::default(), |_| {});
+    let messages = json!([{"role":"system","content":"You are terse."},
+                          {"role":"user","content":"Name a colour."}]);
+    let conv = Conversation::from_json(&messages.to_string()).unwrap();
+    let text = s
+        .template
+        .render(&conv, &RenderOptions::generation())
+        .unwrap();
+    let ids = s.template.prompt_tokens(&s.tokenizer, &text).unwrap();
+    let expected = greedy_engine_text(&s, ids.clone(), 16);
+
+    let req = json!({"model":"smollm2-135m","messages":messages,"max_completion_tokens":16,"temperature":0});
+    let (status, v) = post_json(s.addr, "/v1/chat/completions", &req);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["choices"][0]["message"]["role"], "assistant");
+    assert_eq!(v["choices"][0]["message"]["content"], expected.as_str());
+    assert_eq!(v["usage"]["prompt_tokens"], ids.len());
+
+    let mut streamed = req.clone();
+    streamed["stream"] = json!(true);
+    let (status, body) = post(s.addr, "/v1/chat/completions", &streamed.to_string());
+    assert_eq!(status, 200, "{body}");
+    let data = sse_data(&body);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert_eq!(chunks[0]["object"], "chat.completion.chunk");
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let content: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(content, expected);
+    assert!(chunks.last().unwrap()["choices"][0]["finish_reason"].is_string());
+
+    // n = 2 sampled choices, and a JSON-schema constrained reply.
+    let (status, v) = post_json(
+        s.addr,
+        "/v1/chat/completions",
+        &json!({"messages":messages,"max_tokens":8,"n":2,"seed":5,"temperature":1.0}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let idx: Vec<u64> = v["choices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(idx, [0, 1]);
+    let schema = json!({"type":"object","properties":{"colour":{"type":"string","maxLength":12}},"required":["colour"]});
+    let (status, v) = post_json(
+        s.addr,
+        "/v1/chat/completions",
+        &json!({"messages":messages,"max_tokens":40,"temperature":0,
+                "response_format":{"type":"json_schema","json_schema":{"name":"c","schema":schema}}}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+    let reply: Value =
+        serde_json::from_str(v["choices"][0]["message"]["content"].as_str().unwrap())
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {v}"));
+    assert!(reply["colour"].is_string(), "{reply}");
+}
+
+#[test]
+fn errors_use_openai_json_with_the_right_status() {
+    let s = start(
+        ServerConfig {
+            max_body_bytes: 4096,
+            ..ServerConfig::default()
+        },
+        |_| {},
+    );
+    let (status, body) = post(s.addr, "/v1/completions", "{\"prompt\": ");
+    assert_eq!(status, 400, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(error_of(&v).0, "invalid_request_error");
+
+    let (status, v) = post_json(
+        s.addr,
+        "/v1/chat/completions",
+        &json!({"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}),
+    );
+    assert_eq!(status, 404, "{v}");
+    assert_eq!(error_of(&v).1, Some("model_not_found"));
+
+    let long = "word ".repeat(600);
+    let (status, v) = post_json(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt":long,"max_tokens":8}),
+    );
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(error_of(&v).1, Some("context_length_exceeded"));
+    let (status, v) = post_json(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt":PROMPT,"max_tokens":600}),
+    );
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(error_of(&v).1, Some("context_length_exceeded"));
+
+    let (status, body) = post(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt":"x".repeat(5000)}).to_string(),
+    );
+    assert_eq!(status, 413, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(error_of(&v).1, Some("request_too_large"));
+
+    let (status, v) = post_json(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt":PROMPT,"temperature":9}),
+    );
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["param"], "temperature");
+
+    // Shutting down: new requests 503, /health 503.
+    s.state.begin_shutdown();
+    let (status, v) = post_json(s.addr, "/v1/completions", &json!({"prompt":PROMPT}));
+    assert_eq!(status, 503, "{v}");
+    assert_eq!(error_of(&v).0, "service_unavailable_error");
+    assert_eq!(get(s.addr, "/health").0, 503);
+
+    // A full queue: 429.
+    let q = start(ServerConfig::default(), |c| c.max_queue = 0);
+    let (status, v) = post_json(
+        q.addr,
+        "/v1/completions",
+        &json!({"prompt":PROMPT,"max_tokens":2}),
+    );
+    assert_eq!(status, 429, "{v}");
+    assert_eq!(error_of(&v).0, "rate_limit_error");
+}
+
+#[test]
+fn health_is_503_while_loading_and_200_once_ready() {
+    let state = AppState::loading(ServerConfig::default());
+    let addr = serve_state(state.clone());
+    let (status, body) = get(addr, "/health");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("loading"));
+    let (status, _) = post(
+        addr,
+        "/v1/completions",
+        &json!({"prompt":PROMPT}).to_string(),
+    );
+    assert_eq!(status, 503);
+    let (_, metrics) = get(addr, "/metrics");
+    assert_eq!(metric(&metrics, "kiln_model_loaded"), 0.0);
+
+    let (model, tokenizer, template) = load();
+    let cfg = engine_config(&model);
+    let engine = Engine::start(model, Arc::clone(&tokenizer), cfg).expect("engine");
+    state.set_backend(Backend {
+        engine,
+        tokenizer,
+        template: Some(template),
+        model_id: "smollm2-135m".into(),
+        aliases: Vec::new(),
+    });
+    let (status, body) = get(addr, "/health");
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = get(addr, "/v1/models");
+    assert_eq!(status, 200);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["data"][0]["id"], "smollm2-135m");
+    assert_eq!(v["object"], "list");
+}
+
+#[test]
+fn kv_blocks_return_to_zero_after_a_client_disconnects_mid_stream() {
+    let s = start(ServerConfig::default(), |_| {});
+    let (status, metrics) = get(s.addr, "/metrics");
+    assert_eq!(status, 200);
+    assert!(metric(&metrics, "kiln_kv_blocks_total") > 0.0);
+    assert_eq!(metric(&metrics, "kiln_kv_blocks_used"), 0.0);
+
+    // Ban end-of-generation so the stream cannot end by itself before we leave.
+    let bias: serde_json::Map<String, Value> = s
+        .tokenizer
+        .eog_ids()
+        .iter()
+        .map(|id| (id.to_string(), json!(-100)))
+        .collect();
+    let req = json!({"prompt":PROMPT,"max_tokens":400,"stream":true,"logit_bias":bias});
+    let resp = agent()
+        .post(format!("http://{}/v1/completions", s.addr))
+        .content_type("application/json")
+        .send(req.to_string())
+        .expect("stream");
+    assert_eq!(resp.status().as_u16(), 200);
+    let mut lines = BufReader::new(resp.into_body().into_reader()).lines();
+    let mut data_lines = 0;
+    while data_lines < 3 {
+        let line = lines.next().expect("a line").expect("read");
+        if line.starts_with("data: ") {
+            assert_ne!(line, "data: [DONE]");
+            data_lines += 1;
+        }
+    }
+    let (_, during) = get(s.addr, "/metrics");
+    assert!(metric(&during, "kiln_kv_blocks_used") > 0.0, "{during}");
+    assert_eq!(metric(&during, "kiln_requests_running"), 1.0);
+    drop(lines); // the client goes away mid-stream
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, m) = get(s.addr, "/metrics");
+        if metric(&m, "kiln_kv_blocks_used") == 0.0 && metric(&m, "kiln_requests_running") == 0.0 {
+            assert_eq!(
+                metric(&m, "kiln_requests_total{outcome=\"cancelled\"}"),
+                1.0,
+                "{m}"
+            );
+            assert_eq!(metric(&m, "kiln_client_disconnects_total"), 1.0, "{m}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "KV blocks were not freed:\n{m}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // And the server still answers.
+    let (status, v) = post_json(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt":PROMPT,"max_tokens":2}),
+    );
+    assert_eq!(status, 200, "{v}");
+}
