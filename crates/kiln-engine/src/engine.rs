@@ -109,11 +109,14 @@ impl Engine {
         )
         .map_err(|e| EngineError::Model(e.to_string()))?;
         let pool = kiln_model_pool(config.threads)?;
+        // The cache's geometry is in the snapshot from the start, before the scheduler
+        // thread publishes its first one (a /metrics scrape may come first).
+        let initial = crate::scheduler::initial_metrics(&session);
         let shared = Arc::new(Shared {
             config,
             inbox: Mutex::new(Inbox::default()),
             wake: Condvar::new(),
-            metrics: Mutex::new(EngineMetrics::default()),
+            metrics: Mutex::new(initial),
             waiting: AtomicUsize::new(0),
             next_id: AtomicU64::new(1),
             thread: Mutex::new(None),

@@ -47,17 +47,23 @@ struct Sched<'t> {
     outbox: Vec<(Seq<'t>, Result<FinishReason, EngineError>)>,
 }
 
-/// The body of the scheduler thread.
-pub(crate) fn run(shared: &Shared, session: Session, tok: &Tokenizer) {
+/// The metrics of an engine that has done nothing yet: the cache's geometry and empty
+/// latency histograms.
+pub(crate) fn initial_metrics(session: &Session) -> EngineMetrics {
     let kv = session.kv().config();
-    let m = EngineMetrics {
+    EngineMetrics {
         kv_blocks_total: kv.n_blocks,
         kv_block_tokens: kv.block_size,
         ttft_seconds: Histogram::latency(),
         itl_seconds: Histogram::latency(),
         queue_seconds: Histogram::latency(),
         ..EngineMetrics::default()
-    };
+    }
+}
+
+/// The body of the scheduler thread.
+pub(crate) fn run(shared: &Shared, session: Session, tok: &Tokenizer) {
+    let m = initial_metrics(&session);
     let mut s = Sched {
         shared,
         session,
