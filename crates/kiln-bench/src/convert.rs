@@ -46,7 +46,7 @@ fn file_type_of(ty: GgmlType) -> Option<u32> {
 /// The types [`convert_model`] writes: F32, F16 and the quantizers' types.
 pub fn convert_types() -> Vec<GgmlType> {
     let mut v = vec![GgmlType::F32, GgmlType::F16];
-    v.extend_from_slice(kiln_model::QUANTIZE_TYPES);
+    v.extend(kiln_model::quantize_types());
     v
 }
 
@@ -72,7 +72,7 @@ pub fn quantize_model(
     to: GgmlType,
     out: &Path,
 ) -> Result<(Vec<TensorPlan>, u64), BenchError> {
-    if !kiln_model::QUANTIZE_TYPES.contains(&to) {
+    if !kiln_model::quantize_types().contains(&to) {
         return Err(BenchError::UnsupportedTarget {
             type_name: to.name(),
         });

@@ -11,7 +11,7 @@ use kiln_bench::basefile::{BaseHeader, BaseMeta, BaseReader, BaseWriter};
 use kiln_bench::run::ChunkDone;
 use kiln_bench::{ChunkPlan, KlRun, PerplexityRun};
 use kiln_format::GgufFile;
-use kiln_model::{KvOptions, KvType, LoadOptions, Model, ModelError, QUANTIZE_TYPES, Session};
+use kiln_model::{KvOptions, KvType, LoadOptions, Model, ModelError, Session, quantize_types};
 use kiln_tokenizer::Tokenizer;
 use serde::Serialize;
 
@@ -142,10 +142,10 @@ pub fn run(args: PerplexityArgs) -> Result<(), CliError> {
         None => None,
         Some(name) => Some(
             kiln_format::GgmlType::from_name(&name.to_ascii_uppercase())
-                .filter(|t| QUANTIZE_TYPES.contains(t))
+                .filter(|t| quantize_types().contains(t))
                 .ok_or_else(|| ModelError::UnsupportedQuantization {
                     requested: name.clone(),
-                    supported: QUANTIZE_TYPES.iter().map(|t| t.name()).collect(),
+                    supported: quantize_types().iter().map(|t| t.name()).collect(),
                 })?,
         ),
     };

@@ -33,5 +33,5 @@ pub use hf::HF_MODEL_TYPES;
 pub use kiln_kv::{KvCache, KvError, KvStats, KvType, SeqId};
 pub use kv::{KvOptions, MemoryPlan};
 pub use model::{BatchSeq, Logits, Model, Session};
-pub use quantize::QUANTIZE_TYPES;
+pub use quantize::quantize_types;
 pub use weights::{LoadOptions, SourceKind};

@@ -27,6 +27,12 @@ pub enum QuantError {
     /// Activations can only be converted to F32, F16, BF16, Q8_0, Q8_1 or Q8_K.
     #[error("{type_name} is not an activation type (F32, F16, BF16, Q8_0, Q8_1, Q8_K)")]
     NotAnActivationType { type_name: &'static str },
+    /// No quantizer writes this type (see `quantize_types`).
+    #[error("cannot quantize to {type_name}: supported quantization types are {}", supported.join(", "))]
+    NoQuantizer {
+        type_name: &'static str,
+        supported: Vec<&'static str>,
+    },
 }
 
 impl QuantError {

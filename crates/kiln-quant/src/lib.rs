@@ -42,6 +42,7 @@ mod isa;
 mod kernels;
 mod matmul;
 pub mod pool;
+mod quantize;
 mod types;
 
 mod arch;
@@ -52,6 +53,7 @@ pub use isa::{Isa, IsaError, active_isa, available_isas, select_isa, try_active_
 pub use kernels::{KernelImpl, Kernels, kernels, kernels_for};
 pub use kiln_format::GgmlType;
 pub use matmul::{MatmulScratch, QMatrix, matmul, matmul_prepared, matmul_prepared_with};
+pub use quantize::{quantize_row, quantize_types};
 
 use types::{AType, WType};
 

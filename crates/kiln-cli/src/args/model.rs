@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use kiln_format::{GgmlType, GgufFile};
-use kiln_model::{LoadOptions, Model, QUANTIZE_TYPES};
+use kiln_model::{LoadOptions, Model, quantize_types};
 use kiln_tokenizer::Tokenizer;
 
 use crate::error::CliError;
@@ -28,12 +28,11 @@ pub struct Loaded {
 }
 
 fn parse_quantize(s: &str) -> Result<GgmlType, String> {
-    QUANTIZE_TYPES
-        .iter()
-        .copied()
+    quantize_types()
+        .into_iter()
         .find(|t| t.name().eq_ignore_ascii_case(s))
         .ok_or_else(|| {
-            let names: Vec<String> = QUANTIZE_TYPES
+            let names: Vec<String> = quantize_types()
                 .iter()
                 .map(|t| t.name().to_ascii_lowercase())
                 .collect();
