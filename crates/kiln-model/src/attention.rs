@@ -19,13 +19,16 @@
 //! summation order, so results depend neither on the batch a row runs in nor on the thread
 //! count. The inner loops are kiln-quant's attention kernels (`kiln_quant::attn`), whose
 //! SIMD forms equal the scalar oracle bit for bit. Work is split over (query head, tile of
-//! query rows); within a tile, keys are walked in chunks of pages and each chunk serves
+//! query rows), for all the sequences of a batched step in one pass; within a tile, keys are walked in chunks of pages and each chunk serves
 //! every row of the tile before the next is read, so prefill reuses K/V pages from cache.
 
 use half::f16;
 use kiln_kv::{KvType, LayerView};
 use kiln_quant::GgmlType;
 use kiln_quant::attn::{AttnKernels, attn_kernels, hadamard_rotate};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use rayon::prelude::*;
 
 use crate::{ModelConfig, ModelError};
@@ -64,12 +67,67 @@ struct Slot {
     pages_v: Vec<usize>,
 }
 
-/// Everything the attention needs besides its inputs: one slot per (head, tile) of the
-/// largest batch, and the head-major output before it is interleaved. Allocated once.
+/// The shape of one task's buffers (see [`Slot`]).
+#[derive(Clone, Copy)]
+struct SlotDims {
+    rows: usize,
+    hd: usize,
+    hdv: usize,
+    qa: usize,
+    keys: usize,
+    pages: usize,
+    v_type: KvType,
+}
+
+impl SlotDims {
+    fn slot(&self) -> Slot {
+        let SlotDims {
+            rows,
+            hd,
+            hdv,
+            qa,
+            keys,
+            v_type,
+            ..
+        } = *self;
+        Slot {
+            q: vec![0.0; rows * hd],
+            qa: vec![0; rows * qa],
+            scores: vec![0.0; keys],
+            ms: vec![0.0; keys],
+            vs: vec![0.0; keys],
+            acc16: vec![f16::ZERO; if v_type == KvType::F16 { rows * hdv } else { 0 }],
+            acc32: vec![0.0; if v_type == KvType::F16 { 0 } else { rows * hdv }],
+            max: vec![0.0; rows],
+            sum: vec![0.0; rows],
+            vdq: vec![0.0; if v_type.is_float() { 0 } else { keys * hdv }],
+            pages_k: vec![0; self.pages],
+            pages_v: vec![0; self.pages],
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        let s = self.slot();
+        4 * (s.q.len() + s.scores.len() * 3 + s.acc32.len() + s.max.len() * 2 + s.vdq.len())
+            + s.qa.len()
+            + 2 * s.acc16.len()
+            + 8 * (s.pages_k.len() + s.pages_v.len())
+    }
+}
+
+/// Everything the attention needs besides its inputs: a pool of task buffers (a task takes
+/// one while it runs, so there are about as many as threads, made on first need), and the
+/// head-major output before it is interleaved.
 pub(crate) struct AttnScratch {
-    slots: Vec<Slot>,
-    tiles: usize,
+    pool: SlotPool,
     head_out: Vec<f32>,
+}
+
+/// Task buffers, shared by the parallel tasks of one call.
+struct SlotPool {
+    free: Mutex<Vec<Slot>>,
+    made: AtomicUsize,
+    dims: SlotDims,
 }
 
 impl AttnScratch {
@@ -82,47 +140,62 @@ impl AttnScratch {
         k_type: KvType,
         v_type: KvType,
     ) -> AttnScratch {
-        let tiles = n_batch.div_ceil(TILE).max(1);
-        let rows = TILE.min(n_batch.max(1));
         let pages = chunk_pages(block_size);
-        let keys = pages * block_size;
         let (hd, hdv) = (cfg.head_dim, cfg.head_dim_v);
-        let qa = if k_type.is_float() {
-            0
-        } else {
-            act_row_bytes(k_type, hd)
-        };
-        let slot = || Slot {
-            q: vec![0.0; rows * hd],
-            qa: vec![0; rows * qa],
-            scores: vec![0.0; keys],
-            ms: vec![0.0; keys],
-            vs: vec![0.0; keys],
-            acc16: vec![f16::ZERO; if v_type == KvType::F16 { rows * hdv } else { 0 }],
-            acc32: vec![0.0; if v_type == KvType::F16 { 0 } else { rows * hdv }],
-            max: vec![0.0; rows],
-            sum: vec![0.0; rows],
-            vdq: vec![0.0; if v_type.is_float() { 0 } else { keys * hdv }],
-            pages_k: vec![0; pages],
-            pages_v: vec![0; pages],
+        let dims = SlotDims {
+            rows: TILE.min(n_batch.max(1)),
+            hd,
+            hdv,
+            qa: if k_type.is_float() {
+                0
+            } else {
+                act_row_bytes(k_type, hd)
+            },
+            keys: pages * block_size,
+            pages,
+            v_type,
         };
         AttnScratch {
-            slots: (0..cfg.n_head * tiles).map(|_| slot()).collect(),
-            tiles,
+            pool: SlotPool {
+                free: Mutex::new(Vec::new()),
+                made: AtomicUsize::new(0),
+                dims,
+            },
             head_out: vec![0.0; n_batch.max(1) * cfg.n_head * hdv],
         }
     }
 
-    /// Bytes held.
+    /// Bytes held (task buffers made so far and the output).
     pub(crate) fn bytes(&self) -> usize {
-        let slot = self.slots.first().map_or(0, |s| {
-            4 * (s.q.len() + s.scores.len() * 3 + s.acc32.len() + s.max.len() * 2 + s.vdq.len())
-                + s.qa.len()
-                + 2 * s.acc16.len()
-                + 8 * (s.pages_k.len() + s.pages_v.len())
-        });
-        slot * self.slots.len() + 4 * self.head_out.len()
+        let p = &self.pool;
+        p.dims.bytes() * p.made.load(Ordering::Relaxed) + 4 * self.head_out.len()
     }
+}
+
+impl SlotPool {
+    /// A task buffer: a free one, or a new one when every one made is in use.
+    fn take(&self) -> Slot {
+        let free = self.free.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        free.unwrap_or_else(|| {
+            self.made.fetch_add(1, Ordering::Relaxed);
+            self.dims.slot()
+        })
+    }
+
+    fn give(&self, slot: Slot) {
+        self.free
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(slot);
+    }
+}
+
+/// One sequence's part of a batched attention call: its query rows (token-major, `n_tokens ×
+/// n_head·head_dim`), their geometry, and its KV cache layer.
+pub(crate) struct SeqAttn<'a> {
+    pub(crate) shape: AttnShape,
+    pub(crate) q: &'a [f32],
+    pub(crate) kv: LayerView<'a>,
 }
 
 /// Pages per chunk: about [`CHUNK_KEYS`] keys.
@@ -149,6 +222,7 @@ fn act_row_bytes(k_type: KvType, hd: usize) -> usize {
 ///
 /// `q` is token-major (`n_tokens × n_head·head_dim`); the result is written token-major to
 /// `out` (`n_tokens × n_head·head_dim_v`).
+#[cfg(test)]
 pub(crate) fn attention(
     cfg: &ModelConfig,
     shape: &AttnShape,
@@ -161,6 +235,7 @@ pub(crate) fn attention(
 }
 
 /// [`attention`] with the given kernel table (tests compare ISAs).
+#[cfg(test)]
 pub(crate) fn attention_with(
     ak: &AttnKernels,
     cfg: &ModelConfig,
@@ -170,30 +245,77 @@ pub(crate) fn attention_with(
     scratch: &mut AttnScratch,
     out: &mut [f32],
 ) -> Result<(), ModelError> {
+    let seq = SeqAttn {
+        shape: AttnShape { ..*shape },
+        q,
+        kv: *kv,
+    };
+    attention_batch_with(ak, cfg, std::slice::from_ref(&seq), scratch, out)
+}
+
+/// Attention for the rows of several sequences at once (a batched step): one parallel pass
+/// over every (sequence, query head, tile of rows), so a step of many one-token decode rows
+/// is one fork-join per layer rather than one per sequence. `out` is token-major over the
+/// sequences' rows in order. Each task computes exactly what it would alone, so a row's
+/// result does not depend on the batch.
+pub(crate) fn attention_batch(
+    cfg: &ModelConfig,
+    seqs: &[SeqAttn<'_>],
+    scratch: &mut AttnScratch,
+    out: &mut [f32],
+) -> Result<(), ModelError> {
+    attention_batch_with(attn_kernels(), cfg, seqs, scratch, out)
+}
+
+fn attention_batch_with(
+    ak: &AttnKernels,
+    cfg: &ModelConfig,
+    seqs: &[SeqAttn<'_>],
+    scratch: &mut AttnScratch,
+    out: &mut [f32],
+) -> Result<(), ModelError> {
     let (n_head, hdv) = (cfg.n_head, cfg.head_dim_v);
-    let n_tok = shape.n_tokens;
-    let tiles = scratch.tiles;
-    let head_out = &mut scratch.head_out[..n_head * n_tok * hdv];
-    head_out
-        .par_chunks_mut(n_tok * hdv)
-        .zip(scratch.slots.par_chunks_mut(tiles))
-        .enumerate()
-        .try_for_each(|(h, (ho, slots))| {
-            ho.par_chunks_mut(TILE * hdv)
-                .zip(slots.par_iter_mut())
-                .enumerate()
-                .try_for_each(|(tile, (o, slot))| {
-                    let t0 = tile * TILE;
-                    let rows = o.len() / hdv;
-                    run_tile(ak, cfg, shape, q, kv, h, t0, rows, slot, o)
-                })
-        })?;
-    for t in 0..n_tok {
-        for h in 0..n_head {
-            out[t * n_head * hdv + h * hdv..t * n_head * hdv + (h + 1) * hdv].copy_from_slice(
-                &scratch.head_out[h * n_tok * hdv + t * hdv..h * n_tok * hdv + (t + 1) * hdv],
-            );
+    let n_tok: usize = seqs.iter().map(|s| s.shape.n_tokens).sum();
+    let row = n_head * hdv;
+    let AttnScratch { head_out, pool } = scratch;
+    let mut rest = &mut head_out[..n_tok * row];
+    // Disjoint output pieces, one per task: per sequence a head-major region, cut by head,
+    // then by tile of rows.
+    let mut tasks = Vec::new();
+    for (si, s) in seqs.iter().enumerate() {
+        let m = s.shape.n_tokens;
+        if m == 0 {
+            continue;
         }
+        let (region, r) = std::mem::take(&mut rest).split_at_mut(m * row);
+        rest = r;
+        for (h, ho) in region.chunks_mut(m * hdv).enumerate() {
+            for (tile, o) in ho.chunks_mut(TILE * hdv).enumerate() {
+                tasks.push((si, h, tile * TILE, o));
+            }
+        }
+    }
+    let pool = &*pool;
+    tasks.into_par_iter().try_for_each(|(si, h, t0, o)| {
+        let s = &seqs[si];
+        let mut slot = pool.take();
+        let rows = o.len() / hdv;
+        let r = run_tile(ak, cfg, &s.shape, s.q, &s.kv, h, t0, rows, &mut slot, o);
+        pool.give(slot);
+        r
+    })?;
+    // Interleave each sequence's head-major region into token-major rows.
+    let mut base = 0;
+    for s in seqs {
+        let m = s.shape.n_tokens;
+        let region = &scratch.head_out[base * row..(base + m) * row];
+        for t in 0..m {
+            for h in 0..n_head {
+                out[(base + t) * row + h * hdv..(base + t) * row + (h + 1) * hdv]
+                    .copy_from_slice(&region[h * m * hdv + t * hdv..h * m * hdv + (t + 1) * hdv]);
+            }
+        }
+        base += m;
     }
     Ok(())
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use kiln_format::GgufFile;
 use kiln_quant::{MatmulScratch, matmul_prepared};
 
-use crate::attention::{AttnScratch, AttnShape, attention};
+use crate::attention::{AttnScratch, AttnShape, SeqAttn, attention_batch};
 use crate::blocks::{Norm, rope_table_with_factors, softcap_inplace};
 use crate::kv::{KvOptions, MemoryPlan};
 use crate::ops::{activation_inplace, add_inplace, gated_activation, rms_norm_inplace, rope_apply};
@@ -670,11 +670,11 @@ impl Session {
                 }
             }
             trace::tensor(&format!("Qcur-{il}"), &s.q[..n * qd], n);
-            // Per row: store its K and V, then attend through its own block table.
+            // Store every row's K and V, then attend, each sequence through its own block
+            // table, all sequences in one parallel pass.
             let mut t0 = 0;
             for (r, &pos0) in rows.iter().zip(starts) {
-                let m = r.tokens.len();
-                let t1 = t0 + m;
+                let t1 = t0 + r.tokens.len();
                 self.kv.write_rows(
                     r.seq,
                     il,
@@ -682,22 +682,25 @@ impl Session {
                     &s.k[t0 * kd..t1 * kd],
                     &s.v[t0 * vd..t1 * vd],
                 )?;
-                let shape = AttnShape {
-                    pos0,
-                    n_tokens: m,
-                    window: layer.sliding_window,
-                };
-                let view = self.kv.layer_view(r.seq, il)?;
-                attention(
-                    cfg,
-                    &shape,
-                    &s.q[t0 * qd..t1 * qd],
-                    &view,
-                    &mut s.attn,
-                    &mut s.att[t0 * hv..t1 * hv],
-                )?;
                 t0 = t1;
             }
+            let mut seqs = Vec::with_capacity(rows.len());
+            let mut t0 = 0;
+            for (r, &pos0) in rows.iter().zip(starts) {
+                let m = r.tokens.len();
+                seqs.push(SeqAttn {
+                    shape: AttnShape {
+                        pos0,
+                        n_tokens: m,
+                        window: layer.sliding_window,
+                    },
+                    q: &s.q[t0 * qd..(t0 + m) * qd],
+                    kv: self.kv.layer_view(r.seq, il)?,
+                });
+                t0 += m;
+            }
+            attention_batch(cfg, &seqs, &mut s.attn, &mut s.att[..n * hv])?;
+            drop(seqs);
             trace::tensor(&format!("kqv_out-{il}"), &s.att[..n * hv], n);
             s.mm.prepare(&s.att[..n * hv], n, hv);
             matmul_prepared(&store.view(&layer.wo)?, &mut s.mm, &mut s.o[..n * d]);

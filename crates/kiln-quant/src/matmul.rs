@@ -256,26 +256,6 @@ pub fn matmul_prepared_with(k: &Kernels, w: &QMatrix, scratch: &mut MatmulScratc
     }
 }
 
-/// How many row quads ahead the GEMV prefetches.
-const PF_QUADS: usize = 2;
-
-/// Asks the cache hierarchy to start loading `bytes` (one hint per 64-byte line).
-#[inline(always)]
-fn prefetch_range(bytes: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    for off in (0..bytes.len()).step_by(64) {
-        // SAFETY: a prefetch is only a hint: it never faults and has no effect on memory;
-        // the address is inside `bytes`. SSE is part of the x86-64 baseline.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                bytes.as_ptr().add(off).cast(),
-            )
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
-}
-
 /// Below this many weight bytes a GEMV runs on the calling thread: waking other threads
 /// costs more than it saves.
 const GEMV_PAR_MIN_BYTES: usize = 48 * 1024;
@@ -291,11 +271,9 @@ fn gemv(wk: &WeightKernels, w: &QMatrix, a: &[u8], y: &mut [f32]) {
         let mut quads = ys.chunks_exact_mut(4);
         let mut r = r0;
         for q in &mut quads {
-            // The next quads' rows, while this one computes: the hardware prefetchers lose
-            // track of four interleaved row streams (measured: 4x slower out of cache).
-            let pf0 = ((r + 4 * PF_QUADS) * rb).min(w.data.len());
-            let pf1 = ((r + 4 * PF_QUADS + 4) * rb).min(w.data.len());
-            prefetch_range(&w.data[pf0..pf1]);
+            // The kernels prefetch the row quads ahead of this one themselves, spread over
+            // their block steps (a burst of prefetches here did not help: the hardware
+            // prefetchers lose track of four interleaved row streams).
             let mut o = [0.0f32; 4];
             // SAFETY: `wk` comes from a `Kernels` for an ISA this CPU supports; the slice is
             // four whole rows `rb` apart and `a` one activation row of the matching length.

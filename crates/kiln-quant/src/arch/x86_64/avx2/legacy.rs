@@ -8,7 +8,8 @@
 //! operations of ggml's AVX2 `ggml_vec_dot_*` in the same order (8-lane integer sums of four
 //! products, converted to float, `fma`-accumulated per block with the scale
 //! `f16(dx) * f16(dy)`, then `hsum_float_8`), so every shape gives the same bits, and with the
-//! same quantized activations ggml's result.
+//! same quantized activations ggml's result. The multi-row (GEMV) tiles also prefetch the
+//! row groups ahead of them (see `prefetch_group_ahead`).
 
 use std::arch::x86_64::*;
 
@@ -80,7 +81,11 @@ fn tile_q8_0<const R: usize, const T: usize, const PRE: bool, W>(
         assert!(!PRE || sc[t].len() == nb);
     }
     let mut acc = [[_mm256_setzero_ps(); T]; R];
+    let base = w[0].as_ptr().cast::<u8>();
     for i in 0..nb {
+        if R > 1 {
+            prefetch_group_ahead(base, R, nb, size_of::<W>(), i);
+        }
         let mut dy = [_mm256_setzero_ps(); T];
         let mut qy = [_mm256_setzero_si256(); T];
         for t in 0..T {
@@ -167,7 +172,11 @@ fn tile_q4_1<const R: usize, const T: usize, const PRE: bool>(
     }
     let mut acc = [[_mm256_setzero_ps(); T]; R];
     let mut summs = [[0.0f32; T]; R];
+    let base = w[0].as_ptr().cast::<u8>();
     for i in 0..nb {
+        if R > 1 {
+            prefetch_group_ahead(base, R, nb, size_of::<BlockQ4_1>(), i);
+        }
         let mut dy = [_mm256_setzero_ps(); T];
         let mut sy = [0.0f32; T];
         let mut qy = [_mm256_setzero_si256(); T];

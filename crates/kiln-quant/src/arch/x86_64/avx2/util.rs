@@ -149,3 +149,36 @@ pub(crate) fn mul_sum_us8_pairs_f32(ax: __m256i, sy: __m256i) -> __m256 {
     let dot = _mm256_maddubs_epi16(ax, sy);
     _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi16(1), dot))
 }
+
+/// How many row groups ahead a multi-row GEMV tile prefetches.
+pub(crate) const PF_GROUPS_AHEAD: usize = 2;
+
+/// Software prefetch for a GEMV tile of `rows` consecutive weight rows of `nb` blocks of
+/// `block_bytes` each, called once per block step `i`: it touches the slice of the row group
+/// `PF_GROUPS_AHEAD` groups further on that corresponds to step `i`, so the next groups
+/// stream in at the rate this one is consumed, as one sequential stream.
+///
+/// Why: a tile reads its rows as `rows` interleaved streams advancing one block at a time,
+/// which the hardware prefetchers do not follow (measured on Zen 3: a Q8_0 GEMV out of cache
+/// ran at 5 GB/s, single-row dots at 15, this scheme at 20 against 22 for a plain read).
+/// The address may lie past the end of the weights; a prefetch of any address is only a
+/// hint (it never faults or reads memory architecturally), and it is formed with
+/// `wrapping_add`, so no out-of-bounds pointer is ever dereferenced.
+#[inline(always)]
+pub(crate) fn prefetch_group_ahead(
+    base: *const u8,
+    rows: usize,
+    nb: usize,
+    block_bytes: usize,
+    i: usize,
+) {
+    let group = rows * nb * block_bytes;
+    let step = rows * block_bytes;
+    let p = base.wrapping_add(PF_GROUPS_AHEAD * group + i * step);
+    let mut off = 0;
+    while off < step {
+        // SAFETY: `_mm_prefetch` is a hint on any address (see above); SSE is baseline.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off).cast()) };
+        off += 64;
+    }
+}
