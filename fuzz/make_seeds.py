@@ -175,3 +175,55 @@ for g in gbnfs:
 total = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(CORPUS) for f in fs)
 print("corpus bytes:", total, file=sys.stderr)
 assert total < 2_000_000
+
+# --- server_request: [endpoint bit 0 | template bits 1-2 | context bits 3-4] + body ------
+# Bodies from the server's tests and docs and OpenAI's API reference examples, valid and
+# invalid; each for both endpoints where it makes sense.
+SERVER_BODIES = [
+    (0, {"model": "smollm2-135m", "prompt": "The capital of France is", "max_tokens": 8,
+         "temperature": 0}),
+    (0, {"prompt": ["Say this is a test", "Once upon a time"], "max_tokens": 7,
+         "temperature": 0, "n": 2}),
+    (0, {"prompt": [1, 2, 3, 4], "max_tokens": 4, "logprobs": 2, "stream": True,
+         "stream_options": {"include_usage": True}}),
+    (0, {"prompt": [[1, 2], [3, 4]], "max_tokens": 2, "stop": ["\n", "."], "seed": 7}),
+    (0, {"prompt": "x", "max_tokens": 0}),
+    (0, {"prompt": "x", "n": 9}),
+    (0, {"prompt": "x", "echo": True}),
+    (0, {"prompt": "x", "suffix": "y", "best_of": 3}),
+    (0, {"prompt": "x", "logit_bias": {"5": -100, "3": 2.5}, "frequency_penalty": 0.5,
+         "presence_penalty": -0.5, "top_p": 0.9}),
+    (0, {"prompt": "word " * 100, "max_tokens": 4}),
+    (0, {"prompt": "", "max_tokens": 1}),
+    (0, {"prompt": [99999999]}),
+    (1, {"model": "gpt-4o", "messages": [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "Hello!"}]}),
+    (1, {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+                                                   {"type": "text", "text": "b"}]}],
+         "max_completion_tokens": 8, "logprobs": True, "top_logprobs": 2}),
+    (1, {"messages": [{"role": "user", "content": "Give me a colour as JSON"}],
+         "response_format": {"type": "json_schema", "json_schema": {"name": "c", "schema": {
+             "type": "object", "properties": {"colour": {"type": "string"}},
+             "required": ["colour"]}}}}),
+    (1, {"messages": [{"role": "user", "content": "hi"}],
+         "response_format": {"type": "json_object"}, "stream": True}),
+    (1, {"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function",
+         "function": {"name": "f", "parameters": {}}}]}),
+    (1, {"messages": [{"role": "user", "content": [{"type": "image_url",
+                                                    "image_url": {"url": "x"}}]}]}),
+    (1, {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant",
+         "content": "hello"}, {"role": "user", "content": "more"}], "n": 3, "seed": 1,
+         "temperature": 1.0, "stop": "END"}),
+    (1, {"messages": []}),
+    (1, {"messages": [{"content": "no role"}]}),
+    (1, {"messages": [{"role": "user", "content": "hi"}], "temperature": 3}),
+]
+for mode, body in SERVER_BODIES:
+    text = json.dumps(body)
+    for ctx in (0, 1):
+        put("server_request", bytes([mode | (ctx << 3)]) + text.encode())
+for raw in ['{"prompt": ', "not json", "[]", '{"prompt": 12}', "",
+            '{"messages": "hello"}', '{"prompt": "a", "max_tokens": "many"}']:
+    put("server_request", b"\x00" + raw.encode())
+    put("server_request", b"\x01" + raw.encode())

@@ -14,7 +14,8 @@ pub fn run(args: &[String]) -> Result<(), XtaskError> {
         Some((suite, rest)) if suite == "perf" => bench_perf::run(rest),
         Some((suite, rest)) if suite == "kl" => bench_kl::run(rest),
         Some((suite, rest)) if suite == "convoy" => crate::bench_convoy::run(rest),
-        _ => Err(bad("expected a suite: perf, kl or convoy")),
+        Some((suite, rest)) if suite == "soak" => crate::bench_soak::run(rest),
+        _ => Err(bad("expected a suite: perf, kl, convoy or soak")),
     }
 }
 

@@ -1,5 +1,6 @@
 //! `cargo xtask ci`: the single gate. The aarch64 (NEON) build check when that target is
-//! installed, formatting, lints, the real models, then every test in the `ci` profile
+//! installed, kiln-quant's tests under qemu-user when qemu and the cross linker are there,
+//! formatting, lints, the real models, then every test in the `ci` profile
 //! (release optimisation without LTO: model-level tests need optimised code).
 
 use std::process::Command;
@@ -77,6 +78,11 @@ pub fn run(args: &[String]) -> Result<(), XtaskError> {
     } else {
         neon_check(&cargo)?;
     }
+    if skip.contains(&"test-aarch64") {
+        eprintln!("xtask ci: skipping test-aarch64");
+    } else {
+        crate::aarch64::ci_step(&cargo)?;
+    }
     for step in STEPS {
         if skip.contains(&step.name) {
             eprintln!("xtask ci: skipping {}", step.name);
@@ -114,7 +120,7 @@ const AARCH64: &str = "aarch64-unknown-linux-gnu";
 /// (its `cfg(target_arch)` gates, the aarch64 dispatch) builds for ARM. Under a minute once
 /// the dependencies are cached. Skipped, with the reason, when the Rust target is not
 /// installed — a machine without it must not fail the gate. The kernel tests under
-/// qemu-user are a separate, manual command (docs/kernels.md).
+/// qemu-user follow it (`crate::aarch64`, also `cargo xtask test-aarch64`).
 fn neon_check(cargo: &str) -> Result<(), XtaskError> {
     let installed = Command::new("rustup")
         .args(["target", "list", "--installed"])

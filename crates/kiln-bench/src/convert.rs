@@ -30,22 +30,33 @@ pub fn dominant_type(file: &GgufFile) -> String {
         .map_or_else(|| "none".to_string(), |(ty, _)| ty.name().to_string())
 }
 
-/// `general.file_type` values (llama.cpp's `llama_ftype`). A whole-file Q4_K is written
-/// as `Q4_K_M` (15), the value `llama-quantize --pure Q4_K_M` writes.
+/// `general.file_type` values (llama.cpp's `llama_ftype`). A whole-file K-quant is written
+/// as the `_M` mix of its type (Q3_K → `Q3_K_M`, Q4_K → `Q4_K_M`, Q5_K → `Q5_K_M`), the
+/// value `llama-quantize --pure` writes for those.
 fn file_type_of(ty: GgmlType) -> Option<u32> {
     match ty {
         GgmlType::F32 => Some(0),
         GgmlType::F16 => Some(1),
         GgmlType::Q4_0 => Some(2),
+        GgmlType::Q4_1 => Some(3),
         GgmlType::Q8_0 => Some(7),
+        GgmlType::Q5_0 => Some(8),
+        GgmlType::Q5_1 => Some(9),
+        GgmlType::Q2_K => Some(10),
+        GgmlType::Q3_K => Some(12),
         GgmlType::Q4_K => Some(15),
+        GgmlType::Q5_K => Some(17),
+        GgmlType::Q6_K => Some(18),
+        GgmlType::IQ4_NL => Some(25),
+        GgmlType::IQ4_XS => Some(30),
+        GgmlType::BF16 => Some(32),
         _ => None,
     }
 }
 
-/// The types [`convert_model`] writes: F32, F16 and the quantizers' types.
+/// The types [`convert_model`] writes: F32, F16, BF16 and the quantizers' types.
 pub fn convert_types() -> Vec<GgmlType> {
-    let mut v = vec![GgmlType::F32, GgmlType::F16];
+    let mut v = vec![GgmlType::F32, GgmlType::F16, GgmlType::BF16];
     v.extend(kiln_model::quantize_types());
     v
 }
@@ -59,14 +70,15 @@ pub struct TensorPlan {
 }
 
 /// Writes `src` to `out` with every weight matrix (a tensor of two or more dimensions whose
-/// name ends in `.weight`) quantized to `to` (Q8_0, Q4_0 or Q4_K), as `llama-quantize`
-/// does: a matrix whose rows are not a whole number of `to`'s blocks falls
-/// back to Q8_0 (or keeps its stored type if not even that fits); the output head
-/// (`output.weight`, or `token_embd.weight` when the head is tied to it) is kept at Q8_0
-/// (llama-quantize: Q6_K); a matrix already of its target type is copied unchanged; 1-D
-/// tensors (norms, biases) become F32. Metadata (the
-/// tokenizer with it) is copied, `general.file_type` set. Returns what happened to each
-/// tensor and the bytes written.
+/// name ends in `.weight`) quantized to `to` (any of [`kiln_quant::quantize_types`]), as
+/// `llama-quantize` does: a matrix whose rows are not a whole number of `to`'s blocks falls
+/// back as llama-quantize does ([`kiln_model::quantize::fit`]; it keeps its stored type
+/// if nothing fits); the output head (`output.weight`, or `token_embd.weight` when the
+/// head is tied to it) is written at Q6_K unless `to` is Q8_0 (Q8_0 if its rows do not fit
+/// Q6_K), as llama-quantize does; a matrix already of its target type is copied
+/// unchanged; 1-D tensors (norms, biases) become F32. Metadata (the tokenizer with it) is
+/// copied, `general.file_type` set. Returns what happened to each tensor and the bytes
+/// written.
 pub fn quantize_model(
     src: &GgufFile,
     to: GgmlType,
@@ -92,12 +104,12 @@ pub fn quantize_model(
         let rows = info.n_rows() as usize;
         let is_matrix = info.dims.len() >= 2 && info.name.ends_with(".weight");
         // The output head (the token embedding when the head is tied to it) decides every
-        // logit: llama-quantize keeps it at Q6_K for the 4-bit types; Kiln, without a Q6_K
-        // quantizer yet, keeps it at Q8_0.
+        // logit: like llama-quantize, Kiln writes it at Q6_K for every target but Q8_0
+        // (Q8_0 when its rows are not whole Q6_K blocks, through `fit`).
         let is_head =
             info.name == "output.weight" || (info.name == "token_embd.weight" && !has_output);
         let want = if is_head && to != GgmlType::Q8_0 {
-            GgmlType::Q8_0
+            GgmlType::Q6_K
         } else {
             to
         };
@@ -126,14 +138,14 @@ pub fn quantize_model(
     Ok((plan, w.write_file(out)?))
 }
 
-/// [`dequantize_model`] for F32/F16, else [`quantize_model`].
+/// [`dequantize_model`] for F32/F16/BF16, else [`quantize_model`].
 pub fn convert_model(
     src: &GgufFile,
     to: GgmlType,
     out: &Path,
 ) -> Result<(Vec<TensorPlan>, u64), BenchError> {
     match to {
-        GgmlType::F32 | GgmlType::F16 => {
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
             let bytes = dequantize_model(src, to, out)?;
             let plan = src
                 .tensors()
@@ -164,15 +176,16 @@ fn copy_metadata(src: &GgufFile, w: &mut GgufWriter, file_type: u32) -> Result<(
     Ok(())
 }
 
-/// Writes `src` with every tensor converted to `to` (F32 or F16); 1-D tensors stay F32 as
-/// llama.cpp keeps norms. Returns the bytes written.
+/// Writes `src` with every tensor converted to `to` (F32, F16 or BF16, rounded to nearest
+/// even as ggml does); 1-D tensors stay F32 as llama.cpp keeps norms. Returns the bytes
+/// written.
 pub fn dequantize_model(src: &GgufFile, to: GgmlType, out: &Path) -> Result<u64, BenchError> {
     let Some(file_type) = file_type_of(to) else {
         return Err(BenchError::UnsupportedTarget {
             type_name: to.name(),
         });
     };
-    if !matches!(to, GgmlType::F32 | GgmlType::F16) {
+    if !matches!(to, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
         return Err(BenchError::UnsupportedTarget {
             type_name: to.name(),
         });
@@ -194,6 +207,10 @@ pub fn dequantize_model(src: &GgufFile, to: GgmlType, out: &Path) -> Result<u64,
             GgmlType::F16 => row
                 .iter()
                 .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+                .collect(),
+            GgmlType::BF16 => row
+                .iter()
+                .flat_map(|&x| kiln_quant::blocks::f32_to_bf16(x).to_le_bytes())
                 .collect(),
             _ => row.iter().flat_map(|x| x.to_le_bytes()).collect(),
         };

@@ -45,8 +45,8 @@ enum Command {
     /// Chat with the model: reads messages line by line from stdin (a terminal or a
     /// pipe), streams each reply, and keeps the conversation within the context.
     Chat(chat::ChatCommandArgs),
-    /// Write a GGUF with its weight matrices quantized to another type (Q8_0, Q4_0, Q4_K,
-    /// F16, F32), keeping metadata and tokenizer.
+    /// Write a GGUF with its weight matrices quantized to another type (Q4_0 … Q8_0,
+    /// Q2_K … Q6_K, IQ4_NL, IQ4_XS, F16, BF16, F32), keeping metadata and tokenizer.
     Quantize(quantize::QuantizeArgs),
     /// Serve the model over HTTP with an OpenAI-compatible API (`/v1/completions`,
     /// `/v1/chat/completions`, SSE streaming, `/metrics`); see docs/serving.md.

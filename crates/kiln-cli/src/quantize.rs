@@ -1,6 +1,6 @@
 //! `kiln quantize INPUT OUTPUT --type T`: writes a GGUF with every weight matrix converted
-//! to `T` (Q8_0, Q4_0, Q4_K with ggml's reference quantizers, or F32/F16), keeping the
-//! metadata and the tokenizer (see `kiln_bench::convert`).
+//! to `T` (any of `kiln_quant::quantize_types()` with ggml's quantizers, or F32/F16/BF16),
+//! keeping the metadata and the tokenizer (see `kiln_bench::convert`).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -16,7 +16,9 @@ pub struct QuantizeArgs {
     input: String,
     /// The GGUF file to write.
     output: PathBuf,
-    /// Target type of the weight matrices: q8_0, q4_0, q4_k, f16 or f32.
+    /// Target type of the weight matrices: q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k,
+    /// q5_k, q6_k, iq4_nl, iq4_xs (ggml's quantizers, blocks equal to llama-quantize's),
+    /// f16, bf16 or f32.
     #[arg(long = "type", short = 't', value_parser = parse_type)]
     ty: GgmlType,
     /// Print one line per tensor (name, stored type → written type).
@@ -84,7 +86,8 @@ mod tests {
     fn target_types_parse_case_insensitively_and_unknown_ones_list_the_choices() {
         assert_eq!(parse_type("Q4_K"), Ok(GgmlType::Q4_K));
         assert_eq!(parse_type("f16"), Ok(GgmlType::F16));
-        let err = parse_type("q2_k").unwrap_err();
+        assert_eq!(parse_type("iq4_xs"), Ok(GgmlType::IQ4_XS));
+        let err = parse_type("iq2_xxs").unwrap_err();
         assert!(err.contains("q8_0") && err.contains("q4_k"), "{err}");
     }
 }

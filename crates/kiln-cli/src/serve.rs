@@ -56,6 +56,17 @@ pub struct ServeArgs {
     /// Request bodies over this size are refused with 413.
     #[arg(long, default_value = "4M", value_parser = parse_size)]
     max_body: usize,
+    /// The most choices (`n`) one request may ask for; more are refused with 400.
+    #[arg(long, default_value_t = 16)]
+    max_n: usize,
+    /// The most prompt tokens one request may have (default: what the context holds);
+    /// more are refused with 400 prompt_too_long.
+    #[arg(long)]
+    max_prompt_tokens: Option<usize>,
+    /// The most generation requests in flight at once (running, waiting or streaming);
+    /// more are refused with 429 concurrency_limit_exceeded.
+    #[arg(long, default_value_t = 512)]
+    max_concurrent: usize,
     /// Seconds running requests may take to finish after Ctrl-C / SIGTERM before they are
     /// cancelled.
     #[arg(long, default_value_t = 10.0)]
@@ -76,9 +87,17 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    if threads == 0 || args.kv_block_size == 0 || args.max_running == 0 {
+    if threads == 0
+        || args.kv_block_size == 0
+        || args.max_running == 0
+        || args.max_n == 0
+        || args.max_concurrent == 0
+        || args.max_prompt_tokens == Some(0)
+    {
         return Err(CliError::Usage(
-            "--threads, --kv-block-size and --max-running must be at least 1".into(),
+            "--threads, --kv-block-size, --max-running, --max-n, --max-concurrent and \
+             --max-prompt-tokens must be at least 1"
+                .into(),
         ));
     }
     if !(args.drain_timeout.is_finite() && args.drain_timeout >= 0.0) {
@@ -90,6 +109,9 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         host: args.host.clone(),
         port: args.port,
         max_body_bytes: args.max_body,
+        max_n: args.max_n,
+        max_prompt_tokens: args.max_prompt_tokens,
+        max_concurrent_requests: args.max_concurrent,
         drain_timeout: Duration::from_secs_f64(args.drain_timeout),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

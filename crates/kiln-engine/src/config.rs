@@ -19,6 +19,22 @@ pub struct EngineConfig {
     pub kv: KvOptions,
     /// Threads of the engine's rayon pool.
     pub threads: usize,
+    /// Test-only fault injection (see [`FaultPlan`]). `None` (always, outside tests): the
+    /// scheduler's only cost is one `Option` check per sampled token. Nothing a client
+    /// sends can set it; `kiln serve` never does.
+    #[doc(hidden)]
+    pub fault: Option<FaultPlan>,
+}
+
+/// A deliberate panic inside one request's work, to test that panics never cross a
+/// request's boundary: a request whose prompt contains `prompt_token` panics inside its
+/// own sampling (under the scheduler's per-request `catch_unwind`) once it has generated
+/// `after_tokens` tokens. Only tests build one.
+#[doc(hidden)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FaultPlan {
+    pub prompt_token: u32,
+    pub after_tokens: usize,
 }
 
 impl EngineConfig {
@@ -41,6 +57,7 @@ impl EngineConfig {
                 ..kv
             },
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            fault: None,
         }
     }
 }

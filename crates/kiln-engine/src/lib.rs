@@ -23,6 +23,8 @@ mod scheduler;
 mod sequence;
 
 pub use config::EngineConfig;
+#[doc(hidden)]
+pub use config::FaultPlan;
 pub use engine::{Engine, RequestHandle};
 pub use error::EngineError;
 pub use kiln_sample::{Grammar, SamplerConfig, TokenLogprob};

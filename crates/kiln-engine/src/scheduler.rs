@@ -137,6 +137,16 @@ fn vocab(tok: &Tokenizer) -> Arc<Vocab> {
     ))
 }
 
+/// Panics when `f` targets `q` (a test-only [`crate::FaultPlan`]).
+fn inject(f: &crate::FaultPlan, q: &Seq<'_>) {
+    if q.generated >= f.after_tokens && q.tokens[..q.n_prompt].contains(&f.prompt_token) {
+        panic!(
+            "injected fault: request {} (prompt token {}) after {} tokens",
+            q.id, f.prompt_token, q.generated
+        );
+    }
+}
+
 /// A panic payload as text.
 fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
@@ -419,7 +429,11 @@ impl<'t> Sched<'t> {
             k += 1;
             let itl = &mut self.m.itl_seconds;
             let had_first = q.ttft().is_some();
+            let fault = self.shared.config.fault.as_ref();
             let out = catch_unwind(AssertUnwindSafe(|| {
+                if let Some(f) = fault {
+                    inject(f, q);
+                }
                 q.on_logits(row, now, |g| itl.observe(g))
             }));
             self.m.generated_tokens_total += 1;

@@ -15,11 +15,13 @@
 mod format;
 mod grammar;
 mod model;
+mod server;
 mod tokenizer;
 
 pub use format::{gguf, safetensors_header, safetensors_index};
 pub use grammar::grammar;
 pub use model::model_config;
+pub use server::server_request;
 pub use tokenizer::{chat_template, encode_decode, tokenizer_json};
 
 use std::path::PathBuf;
@@ -38,6 +40,7 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("encode_decode", encode_decode),
     ("chat_template", chat_template),
     ("grammar", grammar),
+    ("server_request", server_request),
 ];
 
 /// The body of the named target.

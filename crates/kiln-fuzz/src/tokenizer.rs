@@ -30,7 +30,7 @@ fn check_ids(tok: &Tokenizer, ids: &[u32]) {
 
 /// The real TinyStories-260K `tokenizer.json` (SentencePiece-style BPE with byte fallback,
 /// Hugging Face form), loaded once.
-fn stories() -> &'static Tokenizer {
+pub(crate) fn stories() -> &'static Tokenizer {
     static TOK: OnceLock<Tokenizer> = OnceLock::new();
     TOK.get_or_init(|| {
         let path = crate::testdata("hf/stories260K");
@@ -75,7 +75,7 @@ pub fn encode_decode(data: &[u8]) {
 }
 
 /// The real templates: SmolLM2's and Qwen2.5-Coder's (from their GGUFs) and Gemma 3's.
-fn templates() -> &'static [ChatTemplate] {
+pub(crate) fn templates() -> &'static [ChatTemplate] {
     static T: OnceLock<Vec<ChatTemplate>> = OnceLock::new();
     T.get_or_init(|| {
         let special = SpecialTokens {

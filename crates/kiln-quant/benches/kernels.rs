@@ -21,6 +21,12 @@ const TYPES: &[GgmlType] = &[
     GgmlType::Q8_0,
     GgmlType::Q4_K,
     GgmlType::Q6_K,
+    GgmlType::Q5_1,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q5_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
 ];
 
 /// Deterministic pseudo-random bytes.
@@ -46,7 +52,12 @@ fn weights(ty: GgmlType, n_elems: usize) -> Vec<u8> {
             GgmlType::F16 => b.copy_from_slice(&small),
             GgmlType::BF16 => b.copy_from_slice(&0x3c23u16.to_le_bytes()),
             GgmlType::Q6_K => b[208..210].copy_from_slice(&small),
-            GgmlType::Q4_1 | GgmlType::Q4_K => {
+            GgmlType::Q2_K => {
+                b[80..82].copy_from_slice(&small);
+                b[82..84].copy_from_slice(&small);
+            }
+            GgmlType::Q3_K => b[108..110].copy_from_slice(&small),
+            GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => {
                 b[0..2].copy_from_slice(&small);
                 b[2..4].copy_from_slice(&small);
             }

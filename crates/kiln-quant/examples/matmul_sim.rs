@@ -158,10 +158,18 @@ fn micro(args: &[String]) {
     for b in data.chunks_exact_mut(ty.block_bytes()) {
         match ty {
             GgmlType::Q6_K => b[208..210].copy_from_slice(&small),
+            GgmlType::Q2_K => {
+                b[80..82].copy_from_slice(&small);
+                b[82..84].copy_from_slice(&small);
+            }
+            GgmlType::Q3_K => b[108..110].copy_from_slice(&small),
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {}
             _ => {
                 b[0..2].copy_from_slice(&small);
-                if ty == GgmlType::Q4_1 || ty == GgmlType::Q4_K {
+                if matches!(
+                    ty,
+                    GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K
+                ) {
                     b[2..4].copy_from_slice(&small);
                 }
             }

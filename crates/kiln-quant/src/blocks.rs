@@ -146,6 +146,79 @@ impl BlockQ8K {
     }
 }
 
+/// `Q5_1`: 32 weights `d * q + m`, `q` five bits laid out as in [`BlockQ5_0`].
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[repr(C)]
+#[allow(non_camel_case_types)]
+pub struct BlockQ5_1 {
+    pub d: F16Le,
+    pub m: F16Le,
+    pub qh: [u8; 4],
+    pub qs: [u8; QK / 2],
+}
+
+/// `Q2_K`: 256 weights in 16 sub-blocks of 16, `d * sc[j] * q - dmin * m[j]`, `q` two bits;
+/// `scales[j]` holds `sc` (low nibble) and `m` (high nibble). Element `128 h + 32 k + l`
+/// (`h` 0..2, `k` 0..4, `l` 0..32) is bits `2k, 2k + 1` of `qs[32 h + l]`.
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ2K {
+    pub scales: [u8; QK_K / 16],
+    pub qs: [u8; QK_K / 4],
+    pub d: F16Le,
+    pub dmin: F16Le,
+}
+
+/// `Q3_K`: 256 weights in 16 sub-blocks of 16, `d * (sc[j] - 32) * (q - 4 * !h)`: `q` the
+/// two low bits (laid out as in [`BlockQ2K`]), `h` the high bit (element `32 g + l` is bit
+/// `g` of `hmask[l]`), `sc` six bits packed into 12 bytes (see [`q3k_scales`]).
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ3K {
+    pub hmask: [u8; QK_K / 8],
+    pub qs: [u8; QK_K / 4],
+    pub scales: [u8; 12],
+    pub d: F16Le,
+}
+
+/// `Q5_K`: as [`BlockQ4K`] with a fifth bit per weight: element `32 g + l` of sub-block `g`
+/// has bit `g` of `qh[l]` as its bit 4.
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ5K {
+    pub d: F16Le,
+    pub dmin: F16Le,
+    pub scales: [u8; 12],
+    pub qh: [u8; QK_K / 8],
+    pub qs: [u8; QK_K / 2],
+}
+
+/// `IQ4_NL`: 32 weights `d * IQ4NL_VALUES[q]`, nibbles laid out as in [`BlockQ4_0`].
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[repr(C)]
+#[allow(non_camel_case_types)]
+pub struct BlockIQ4NL {
+    pub d: F16Le,
+    pub qs: [u8; QK / 2],
+}
+
+/// `IQ4_XS`: 256 weights in 8 sub-blocks of 32, `d * (ls[j] - 32) * IQ4NL_VALUES[q]`, `ls`
+/// six bits (see [`iq4xs_scale`]); sub-block `j` is laid out as an [`BlockIQ4NL`] in
+/// `qs[16 j .. 16 j + 16]`.
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockIQ4XS {
+    pub d: F16Le,
+    pub scales_h: [u8; 2],
+    pub scales_l: [u8; QK_K / 64],
+    pub qs: [u8; QK_K / 2],
+}
+
+/// The 16 non-linear levels of `IQ4_NL` / `IQ4_XS` (ggml's `kvalues_iq4nl`).
+pub const IQ4NL_VALUES: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
+
 const _: () = assert!(size_of::<BlockQ4_0>() == 18);
 const _: () = assert!(size_of::<BlockQ4_1>() == 20);
 const _: () = assert!(size_of::<BlockQ5_0>() == 22);
@@ -154,6 +227,12 @@ const _: () = assert!(size_of::<BlockQ8_1>() == 36);
 const _: () = assert!(size_of::<BlockQ4K>() == 144);
 const _: () = assert!(size_of::<BlockQ6K>() == 210);
 const _: () = assert!(size_of::<BlockQ8K>() == 292);
+const _: () = assert!(size_of::<BlockQ5_1>() == 24);
+const _: () = assert!(size_of::<BlockQ2K>() == 84);
+const _: () = assert!(size_of::<BlockQ3K>() == 110);
+const _: () = assert!(size_of::<BlockQ5K>() == 176);
+const _: () = assert!(size_of::<BlockIQ4NL>() == 18);
+const _: () = assert!(size_of::<BlockIQ4XS>() == 136);
 const _: () = assert!(align_of::<BlockQ8K>() == 1 && align_of::<BlockQ4K>() == 1);
 
 /// Scale and min of sub-block `j` (0..8) of a `Q4_K` block (ggml's `get_scale_min_k4`):
@@ -181,6 +260,28 @@ pub fn q4k_scales_mins(q: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
         (sc[j], m[j]) = q4k_scale_min(j, q);
     }
     (sc, m)
+}
+
+/// The 16 scales of a `Q3_K` block, unbiased (`-32..32`). Bytes 0..8 hold the low nibbles
+/// (scale `j` in byte `j % 8`, low nibble for `j < 8`, high nibble above); bytes 8..12 the
+/// high two bits (scale `j`'s in byte `8 + j % 4`, bits `2 (j / 4)`, `2 (j / 4) + 1`).
+#[inline(always)]
+pub fn q3k_scales(q: &[u8; 12]) -> [i8; 16] {
+    std::array::from_fn(|j| {
+        let lo = if j < 8 { q[j] & 0x0F } else { q[j - 8] >> 4 };
+        let hi = (q[8 + j % 4] >> (2 * (j / 4))) & 3;
+        (lo | (hi << 4)) as i8 - 32
+    })
+}
+
+/// The scale of sub-block `j` (0..8) of an `IQ4_XS` block, unbiased (`-32..32`): low nibble
+/// from `scales_l[j / 2]` (low or high half), high two bits from bits `2j, 2j + 1` of the
+/// little-endian `scales_h`.
+#[inline(always)]
+pub fn iq4xs_scale(x: &BlockIQ4XS, j: usize) -> i8 {
+    let lo = (x.scales_l[j / 2] >> (4 * (j % 2))) & 0x0F;
+    let hi = ((u16::from_le_bytes(x.scales_h) >> (2 * j)) & 3) as u8;
+    (lo | (hi << 4)) as i8 - 32
 }
 
 /// Views whole blocks. Block types have alignment 1, so this fails only when `bytes` is not a
@@ -240,5 +341,35 @@ mod tests {
         q[8] = 0b0101_1010; // scale 4 low = 0xA, min 4 low = 0x5
         assert_eq!(q4k_scale_min(0, &q), (1, 2));
         assert_eq!(q4k_scale_min(4, &q), (0x3A, 0x15));
+    }
+
+    #[test]
+    fn q3k_scales_take_nibbles_from_the_first_eight_bytes_and_high_bits_from_the_last_four() {
+        let mut q = [0u8; 12];
+        q[1] = 0x5A; // scale 1 low nibble 0xA, scale 9 low nibble 0x5
+        q[6] = 0x3C; // scale 6 low nibble 0xC, scale 14 low nibble 0x3
+        q[9] = 0b1110_0100; // high bits: scale 1 → 0, scale 5 → 1, scale 9 → 2, scale 13 → 3
+        q[10] = 0b1000_0000; // scale 14 (byte 10, bits 6..8) → 2
+        let sc = q3k_scales(&q);
+        assert_eq!(sc[1], 0x0A - 32);
+        assert_eq!(sc[5], 0x10 - 32);
+        assert_eq!(sc[9], 0x25 - 32);
+        assert_eq!(sc[13], 0x30 - 32);
+        assert_eq!(sc[6], 0x0C - 32);
+        assert_eq!(sc[14], 0x23 - 32);
+        assert_eq!(sc[0], -32);
+    }
+
+    #[test]
+    fn iq4xs_scales_combine_a_nibble_with_two_bits_of_scales_h() {
+        let mut x = BlockIQ4XS::zeroed();
+        x.scales_l = [0x21, 0, 0, 0xF0];
+        // Bits 2j, 2j + 1 of scales_h: j = 0 → 0b10, j = 1 → 0b01, j = 7 → 0b11.
+        x.scales_h = 0b1100_0000_0000_0110u16.to_le_bytes();
+        assert_eq!(iq4xs_scale(&x, 0), (0x1 | 0x20) - 32);
+        assert_eq!(iq4xs_scale(&x, 1), (0x2 | 0x10) - 32);
+        assert_eq!(iq4xs_scale(&x, 2), -32);
+        assert_eq!(iq4xs_scale(&x, 6), -32);
+        assert_eq!(iq4xs_scale(&x, 7), (0xF | 0x30) - 32);
     }
 }

@@ -12,7 +12,10 @@ pub enum Isa {
     Avx2,
     /// x86-64 with AVX-512 F/BW/VL/DQ (kernels: not yet).
     Avx512,
-    /// aarch64 Advanced SIMD (kernels: not yet).
+    /// aarch64 Advanced SIMD. Its integer dots use `sdot` when the CPU also has the Armv8.2
+    /// dot-product extension (`dotprod`, detected once when the table is built) and widening
+    /// multiplies otherwise; both give the scalar bits. Kernels NEON lacks run the scalar
+    /// code (see `Kernels::implementations`).
     Neon,
 }
 

@@ -22,15 +22,18 @@
 //! ## Kernel coverage
 //! Which ISA implements what (also [`Kernels::implementations`], checked by a test):
 //!
-//! | kernel | scalar | avx2 |
-//! |---|---|---|
-//! | quantize Q8_0, Q8_1, Q8_K, F16 | ✓ | ✓ |
-//! | quantize BF16, F32 | ✓ | scalar (conversion / copy; not hot) |
-//! | dequantize F16, BF16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K | ✓ | ✓ |
-//! | dequantize F32 | ✓ | scalar (a copy) |
-//! | dot, dotr4 (GEMV), dot4 (GEMM) of every weight type | ✓ | ✓ (K-quant and float `dotr4`/float `dot4`: repeated single dots) |
+//! | kernel | scalar | avx2 | neon |
+//! |---|---|---|---|
+//! | quantize Q8_0, Q8_1, Q8_K | ✓ | ✓ | ✓ |
+//! | quantize F16 | ✓ | ✓ | scalar |
+//! | quantize BF16, F32 | ✓ | scalar (conversion / copy; not hot) | scalar |
+//! | dequantize F16, BF16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K | ✓ | ✓ | scalar |
+//! | dequantize F32 | ✓ | scalar (a copy) | scalar |
+//! | dequantize Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS | ✓ | scalar (not on a per-token path) | scalar |
+//! | dot, dotr4 (GEMV), dot4 (GEMM) of every weight type | ✓ | ✓ (K-quant, IQ4, Q5_1 and float `dotr4`; float, Q2_K, Q3_K, IQ4 `dot4`: repeated single dots) | F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K: ✓ (`sdot` with `dotprod`, else widening multiplies; float `dotr4`/`dot4`: repeated single dots); the other types: scalar |
 //!
-//! AVX-512/VNNI and NEON tables come later; until then `KILN_ISA=avx512|neon` is an error.
+//! An AVX-512/VNNI table comes later; until then `KILN_ISA=avx512` is an error. The NEON
+//! table (aarch64) is tested against scalar under qemu-user (`cargo xtask test-aarch64`).
 //!
 //! The attention kernels over paged K/V (scores, value accumulation, K/V row storage) are in
 //! [`attn`], with their own coverage table.
@@ -68,8 +71,8 @@ pub fn supported_types() -> Vec<GgmlType> {
 }
 
 /// The type activations are converted to before a dot product with weights of type `ty`
-/// (ggml's `vec_dot_type`): Q4_0/Q5_0/Q8_0 → Q8_0, Q4_1 → Q8_1, Q4_K/Q6_K → Q8_K, and the
-/// float types to themselves.
+/// (ggml's `vec_dot_type`): Q4_0/Q5_0/Q8_0/IQ4_NL → Q8_0, Q4_1/Q5_1 → Q8_1,
+/// Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS → Q8_K, and the float types to themselves.
 pub fn vec_dot_type(ty: GgmlType) -> Result<GgmlType, QuantError> {
     WType::of(ty)
         .map(|w| w.act().ggml())

@@ -16,10 +16,16 @@ pub(crate) enum WType {
     Q8_0,
     Q4K,
     Q6K,
+    Q5_1,
+    Q2K,
+    Q3K,
+    Q5K,
+    IQ4NL,
+    IQ4XS,
 }
 
 impl WType {
-    pub(crate) const COUNT: usize = 9;
+    pub(crate) const COUNT: usize = 15;
     pub(crate) const ALL: [WType; WType::COUNT] = [
         WType::F32,
         WType::F16,
@@ -30,6 +36,12 @@ impl WType {
         WType::Q8_0,
         WType::Q4K,
         WType::Q6K,
+        WType::Q5_1,
+        WType::Q2K,
+        WType::Q3K,
+        WType::Q5K,
+        WType::IQ4NL,
+        WType::IQ4XS,
     ];
 
     pub(crate) fn of(ty: GgmlType) -> Option<WType> {
@@ -47,6 +59,12 @@ impl WType {
             WType::Q8_0 => GgmlType::Q8_0,
             WType::Q4K => GgmlType::Q4_K,
             WType::Q6K => GgmlType::Q6_K,
+            WType::Q5_1 => GgmlType::Q5_1,
+            WType::Q2K => GgmlType::Q2_K,
+            WType::Q3K => GgmlType::Q3_K,
+            WType::Q5K => GgmlType::Q5_K,
+            WType::IQ4NL => GgmlType::IQ4_NL,
+            WType::IQ4XS => GgmlType::IQ4_XS,
         }
     }
 
@@ -56,9 +74,11 @@ impl WType {
             WType::F32 => AType::F32,
             WType::F16 => AType::F16,
             WType::BF16 => AType::BF16,
-            WType::Q4_0 | WType::Q5_0 | WType::Q8_0 => AType::Q8_0,
-            WType::Q4_1 => AType::Q8_1,
-            WType::Q4K | WType::Q6K => AType::Q8K,
+            WType::Q4_0 | WType::Q5_0 | WType::Q8_0 | WType::IQ4NL => AType::Q8_0,
+            WType::Q4_1 | WType::Q5_1 => AType::Q8_1,
+            WType::Q2K | WType::Q3K | WType::Q4K | WType::Q5K | WType::Q6K | WType::IQ4XS => {
+                AType::Q8K
+            }
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Dequantization checked against an independent decoder: the `gguf` Python package
-//! (`gguf.quants.dequantize`) run on blocks taken from the real models
-//! (`tests/fixtures/make_fixtures.py` wrote them).
+//! (`gguf.quants.dequantize`) run on blocks taken from the real models, and on seeded random
+//! blocks of the types no model uses (`tests/fixtures/make_fixtures.py` wrote them).
 //!
 //! Dequantization is deterministic and both sides use the same unfused float operations
 //! (`d * q`, `d * q + m`, `(d * sc) * q - dmin * m`, exact f16/bf16 widening), so the
@@ -52,7 +52,8 @@ fn fixtures() -> Vec<Fixture> {
 fn fixtures_cover_every_quantized_weight_type_and_every_model() {
     let f = fixtures();
     for ty in [
-        "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q6_K",
+        "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q6_K", "Q5_1", "Q2_K", "Q3_K",
+        "Q5_K", "IQ4_NL", "IQ4_XS",
     ] {
         assert!(f.iter().any(|x| x.ty.name() == ty), "no fixture for {ty}");
     }

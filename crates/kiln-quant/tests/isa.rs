@@ -103,7 +103,18 @@ fn coverage_table_matches_the_crate_docs() {
         assert_eq!(isa_of("dot", ty), Isa::Avx2, "dot {ty}");
         assert_eq!(isa_of("dot4", ty), Isa::Avx2, "dot4 {ty}");
         assert_eq!(isa_of("dotr4", ty), Isa::Avx2, "dotr4 {ty}");
-        let want = if ty == GgmlType::F32 {
+        // F32 dequantization is a copy; the types added in wave 4 dequantize with the scalar
+        // kernel (off the hot path: only dots run per token).
+        let scalar_dequant = [
+            GgmlType::F32,
+            GgmlType::Q5_1,
+            GgmlType::Q2_K,
+            GgmlType::Q3_K,
+            GgmlType::Q5_K,
+            GgmlType::IQ4_NL,
+            GgmlType::IQ4_XS,
+        ];
+        let want = if scalar_dequant.contains(&ty) {
             Isa::Scalar
         } else {
             Isa::Avx2
@@ -122,8 +133,7 @@ fn a_bad_kiln_isa_fails_at_startup_with_a_message() {
         assert!(panicked, "active_isa must panic on a bad KILN_ISA");
         return;
     }
-    let exe = std::env::current_exe().expect("test binary");
-    let out = std::process::Command::new(exe)
+    let out = self_command()
         .args([
             "--exact",
             "a_bad_kiln_isa_fails_at_startup_with_a_message",
@@ -137,5 +147,71 @@ fn a_bad_kiln_isa_fails_at_startup_with_a_message() {
         out.status.success(),
         "child: {}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A command that runs this test binary again. Under a cross runner (qemu-user, as
+/// `cargo xtask test-aarch64` sets `CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER`), the
+/// binary can only be started through that runner.
+fn self_command() -> std::process::Command {
+    let exe = std::env::current_exe().expect("test binary");
+    let runner = if cfg!(target_arch = "aarch64") {
+        std::env::var("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER").ok()
+    } else {
+        None
+    };
+    let mut words = runner.as_deref().unwrap_or("").split_whitespace();
+    match words.next() {
+        Some(prog) => {
+            let mut c = std::process::Command::new(prog);
+            c.args(words).arg(exe);
+            c
+        }
+        None => std::process::Command::new(exe),
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+#[test]
+fn aarch64_has_a_neon_table_with_the_listed_kernels() {
+    // Every aarch64 Linux CPU has NEON; the table (sdot build or not) must be there and be
+    // the automatic choice, so the agreement tests compare it with scalar.
+    let neon = kernels_for(Isa::Neon).expect("NEON kernels on aarch64");
+    assert_eq!(neon.isa(), Isa::Neon);
+    assert_eq!(select_isa(None), Ok(Isa::Neon));
+    assert_eq!(select_isa(Some("neon")), Ok(Isa::Neon));
+    // `cargo xtask test-aarch64` runs this under qemu CPU models with and without the
+    // dot-product extension and says which one, so both kernel builds are known to be tested.
+    let dotprod = std::arch::is_aarch64_feature_detected!("dotprod");
+    eprintln!("dotprod detected: {dotprod}");
+    if let Ok(want) = std::env::var("KILN_EXPECT_DOTPROD") {
+        assert_eq!(dotprod, want == "1", "KILN_EXPECT_DOTPROD={want}");
+    }
+    let imps = neon.implementations();
+    let isa_of = |kernel: &str, ty: GgmlType| {
+        imps.iter()
+            .find(|i| i.kernel == kernel && i.ty == ty)
+            .map(|i| i.isa)
+            .expect("listed")
+    };
+    for ty in [GgmlType::Q8_0, GgmlType::Q8_1] {
+        assert_eq!(isa_of("quantize", ty), Isa::Neon, "quantize {ty}");
+    }
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+    ] {
+        for kernel in ["dot", "dotr4", "dot4"] {
+            assert_eq!(isa_of(kernel, ty), Isa::Neon, "{kernel} {ty}");
+        }
+    }
+    // Whatever NEON does not implement is the scalar kernel, and says so.
+    assert!(
+        imps.iter()
+            .all(|i| i.isa == Isa::Neon || i.isa == Isa::Scalar)
     );
 }

@@ -293,3 +293,70 @@ proptest! {
         }
     }
 }
+
+/// An activation row of `act` made of arbitrary quant bytes (so `-128`, which quantization
+/// almost never produces, is frequent, and Q8_K's `bsums` need not match its `qs`) with sane
+/// scales.
+fn arbitrary_act_row(act: GgmlType, n_blocks: usize, rng: &mut SeedRng) -> Vec<u8> {
+    let bb = act.block_bytes();
+    let mut v = rng.bytes(n_blocks * bb);
+    for b in v.chunks_exact_mut(bb) {
+        for q in b.iter_mut() {
+            if rng.below(4) == 0 {
+                *q = 0x80; // -128
+            }
+        }
+        let scale = 0.001 + rng.unit() * 0.05;
+        let h = |x: f32| half::f16::from_f32(x).to_bits().to_le_bytes();
+        match act {
+            GgmlType::Q8_0 => b[0..2].copy_from_slice(&h(scale)),
+            GgmlType::Q8_1 => {
+                b[0..2].copy_from_slice(&h(scale));
+                b[2..4].copy_from_slice(&h(scale * (rng.unit() - 0.5) * 64.0));
+            }
+            GgmlType::Q8_K => b[0..4].copy_from_slice(&scale.to_le_bytes()),
+            other => panic!("not a quantized activation type: {other}"),
+        }
+    }
+    v
+}
+
+#[test]
+fn every_isa_dot_equals_scalar_on_arbitrary_activation_bytes() {
+    // Quantized activations hold -128 only for non-finite inputs; the sign trick of ggml's
+    // AVX2 code treats it specially, and every ISA must reproduce that (dot, dotr4, dot4).
+    for &ty in WEIGHT_TYPES.iter().filter(|t| t.block_elems() > 1) {
+        let act = vec_dot_type(ty).expect("supported");
+        for (seed, nb) in [(1u64, 1usize), (2, 3), (3, 8)] {
+            let mut rng = SeedRng::new(seed * 7919 + ty.id() as u64);
+            let wrows: Vec<Vec<u8>> = (0..4).map(|_| random_weights(ty, nb, &mut rng)).collect();
+            let a_blocks = nb * ty.block_elems() / act.block_elems();
+            let arows: Vec<Vec<u8>> = (0..4)
+                .map(|_| arbitrary_act_row(act, a_blocks, &mut rng))
+                .collect();
+            let want: Vec<f32> = (0..4)
+                .map(|t| scalar().dot(ty, &wrows[0], &arows[t]).expect("dot"))
+                .collect();
+            let want_rows: Vec<f32> = (0..4)
+                .map(|r| scalar().dot(ty, &wrows[r], &arows[0]).expect("dot"))
+                .collect();
+            for k in tables() {
+                let isa = k.isa();
+                for t in 0..4 {
+                    let got = k.dot(ty, &wrows[0], &arows[t]).expect("dot");
+                    assert_eq!(got.to_bits(), want[t].to_bits(), "{isa} dot {ty} (nb {nb})");
+                }
+                let got4 = k.dot4(ty, &wrows[0], &arows.concat()).expect("dot4");
+                let gotr4 = k.dotr4(ty, &wrows.concat(), &arows[0]).expect("dotr4");
+                for i in 0..4 {
+                    assert_eq!(got4[i].to_bits(), want[i].to_bits(), "{isa} dot4 {ty}");
+                    assert_eq!(
+                        gotr4[i].to_bits(),
+                        want_rows[i].to_bits(),
+                        "{isa} dotr4 {ty}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -204,8 +204,9 @@ fn qmatrix_rejects_unsupported_types_with_the_type_name_and_id() {
         }
     );
     assert!(e.to_string().contains("IQ2_XXS") && e.to_string().contains("16"));
-    assert!(!kiln_quant::is_supported(GgmlType::Q5_1));
-    assert!(kiln_quant::vec_dot_type(GgmlType::Q2_K).is_err());
+    assert!(!kiln_quant::is_supported(GgmlType::IQ3_XXS));
+    assert!(kiln_quant::vec_dot_type(GgmlType::IQ2_XS).is_err());
+    assert!(kiln_quant::vec_dot_type(GgmlType::TQ1_0).is_err());
 }
 
 #[test]
@@ -326,9 +327,10 @@ fn dequantize_row_reads_only_the_blocks_it_needs() {
         matches!(e, QuantError::PartialBlock { elems: 40, .. }),
         "{e}"
     );
-    let e = kiln_quant::dequantize_row(GgmlType::Q2_K, &data, &mut first).expect_err("unsupported");
+    let e =
+        kiln_quant::dequantize_row(GgmlType::IQ3_XXS, &data, &mut first).expect_err("unsupported");
     assert!(
-        matches!(e, QuantError::UnsupportedType { type_id: 10, .. }),
+        matches!(e, QuantError::UnsupportedType { type_id: 18, .. }),
         "{e}"
     );
 }

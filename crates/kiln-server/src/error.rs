@@ -73,6 +73,41 @@ impl ApiError {
         .with_code("context_length_exceeded")
     }
 
+    /// More generation requests in flight than `max_concurrent_requests`.
+    pub fn concurrency(limit: usize) -> ApiError {
+        ApiError {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            message: format!(
+                "the server is busy: {limit} requests are in flight (max_concurrent_requests {limit}); retry later"
+            ),
+            kind: "rate_limit_error",
+            param: None,
+            code: Some("concurrency_limit_exceeded"),
+        }
+    }
+
+    /// A body over `max_body_bytes`.
+    pub fn too_large(limit: usize) -> ApiError {
+        ApiError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            message: format!("the request body is larger than {limit} bytes (max_body_bytes)"),
+            kind: "invalid_request_error",
+            param: None,
+            code: Some("request_too_large"),
+        }
+    }
+
+    /// A prompt over `max_prompt_tokens`.
+    pub fn prompt_too_long(prompt: usize, limit: usize, param: &'static str) -> ApiError {
+        ApiError::bad_request(
+            format!(
+                "the prompt has {prompt} tokens; this server accepts at most {limit} (max_prompt_tokens)"
+            ),
+            Some(param),
+        )
+        .with_code("prompt_too_long")
+    }
+
     pub fn unavailable(message: impl Into<String>) -> ApiError {
         ApiError {
             status: StatusCode::SERVICE_UNAVAILABLE,
@@ -121,7 +156,7 @@ impl From<EngineError> for ApiError {
             EngineError::QueueFull { waiting, max_queue } => ApiError {
                 status: StatusCode::TOO_MANY_REQUESTS,
                 message: format!(
-                    "the server is overloaded: {waiting} requests are waiting (at most {max_queue}); retry later"
+                    "the server is overloaded: {waiting} requests are waiting (max_queue {max_queue}); retry later"
                 ),
                 kind: "rate_limit_error",
                 param: None,

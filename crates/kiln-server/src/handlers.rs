@@ -7,12 +7,13 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use kiln_engine::{Event, FinishReason, Request};
-use kiln_tokenizer::chat::{Conversation, RenderOptions};
+use kiln_tokenizer::Tokenizer;
+use kiln_tokenizer::chat::{ChatTemplate, Conversation, RenderOptions};
 use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::params::{self, Params};
-use crate::state::{AppState, Backend};
+use crate::state::{AppState, Backend, ServerConfig};
 use crate::stream::{self, Choice, Kind, StreamCtx};
 use crate::wire::{
     ChatChoice, ChatMessageOut, ChatRequest, ChatResponse, CompletionChoice, CompletionRequest,
@@ -23,20 +24,14 @@ use crate::wire::{
 fn body_bytes(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes, ApiError> {
     body.map_err(|r| {
         if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError {
-                status: StatusCode::PAYLOAD_TOO_LARGE,
-                message: format!("the request body is larger than {limit} bytes"),
-                kind: "invalid_request_error",
-                param: None,
-                code: Some("request_too_large"),
-            }
+            ApiError::too_large(limit)
         } else {
             ApiError::bad_request(format!("cannot read the request body: {r}"), None)
         }
     })
 }
 
-fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(bytes).map_err(|e| {
         ApiError::bad_request(
             format!("We could not parse the JSON body of your request: {e}"),
@@ -68,6 +63,9 @@ fn finish(state: &AppState, r: Result<Response, ApiError>) -> Response {
     match r {
         Ok(r) => r,
         Err(e) => {
+            if e.status.is_server_error() {
+                eprintln!("kiln serve: {} {}", e.status.as_u16(), e.message);
+            }
             state.count(|c| {
                 if e.status.is_server_error() {
                     c.http_errors_5xx += 1;
@@ -97,6 +95,21 @@ async fn completions_inner(
     let req: CompletionRequest = parse_json(&bytes)?;
     let b = ready(state)?;
     check_model(b, req.common.model.as_deref())?;
+    let (p, prompts, logprobs) = prepare_completion(req, &b.tokenizer, state.config())?;
+    let ctx = StreamCtx::new(state, Kind::Completion, logprobs.is_some());
+    respond(state, b, &p, prompts, ctx, "prompt").await
+}
+
+/// A validated request: its shared settings, its prompt(s), and the logprobs asked for.
+pub(crate) type Prepared<P> = (Params, P, Option<usize>);
+
+/// Validates a completion request (everything but the model name) and tokenizes its
+/// prompts: the shared settings, the prompts, and the logprobs asked for.
+pub(crate) fn prepare_completion(
+    req: CompletionRequest,
+    tokenizer: &Tokenizer,
+    limits: &ServerConfig,
+) -> Result<Prepared<Vec<Vec<u32>>>, ApiError> {
     if req.echo == Some(true) {
         return Err(ApiError::bad_request("echo is not supported", Some("echo")));
     }
@@ -127,29 +140,41 @@ async fn completions_inner(
             ));
         }
     };
-    let vocab = b.tokenizer.vocab_size();
+    let vocab = tokenizer.vocab_size();
     let p = params::parse(
         &req.common,
         Some(req.common.max_tokens.unwrap_or(16)),
         logprobs,
         vocab,
+        limits,
     )?;
     let prompt = req
         .prompt
         .ok_or_else(|| ApiError::bad_request("prompt is required", Some("prompt")))?;
-    let prompts = completion_prompts(b, prompt)?;
-    let ctx = StreamCtx::new(state, Kind::Completion, logprobs.is_some());
-    respond(state, b, &p, prompts, ctx).await
+    let prompts = completion_prompts(tokenizer, prompt)?;
+    if prompts.len().saturating_mul(p.n) > limits.max_n {
+        return Err(ApiError::bad_request(
+            format!(
+                "this request asks for {} choices ({} prompts × n {}); at most {} (the server's max_n limit)",
+                prompts.len() * p.n,
+                prompts.len(),
+                p.n,
+                limits.max_n
+            ),
+            Some("n"),
+        ));
+    }
+    Ok((p, prompts, logprobs))
 }
 
 /// The token ids of each prompt of a completion request.
-fn completion_prompts(b: &Backend, prompt: Prompt) -> Result<Vec<Vec<u32>>, ApiError> {
+fn completion_prompts(tokenizer: &Tokenizer, prompt: Prompt) -> Result<Vec<Vec<u32>>, ApiError> {
     let encode = |text: &str| {
-        b.tokenizer.encode(text, true, true).map_err(|e| {
+        tokenizer.encode(text, true, true).map_err(|e| {
             ApiError::bad_request(format!("cannot tokenize the prompt: {e}"), Some("prompt"))
         })
     };
-    let vocab = b.tokenizer.vocab_size();
+    let vocab = tokenizer.vocab_size();
     let check_ids = |ids: Vec<u32>| match ids.iter().find(|&&id| id as usize >= vocab) {
         Some(bad) => Err(ApiError::bad_request(
             format!("token id {bad} is outside the vocabulary of {vocab}"),
@@ -183,6 +208,20 @@ async fn chat_inner(
     let req: ChatRequest = parse_json(&bytes)?;
     let b = ready(state)?;
     check_model(b, req.common.model.as_deref())?;
+    let (p, prompt, logprobs) =
+        prepare_chat(req, &b.tokenizer, b.template.as_deref(), state.config())?;
+    let ctx = StreamCtx::new(state, Kind::Chat, logprobs.is_some());
+    respond(state, b, &p, vec![prompt], ctx, "messages").await
+}
+
+/// Validates a chat request (everything but the model name) and renders and tokenizes
+/// its messages: the shared settings, the prompt, and the logprobs asked for.
+pub(crate) fn prepare_chat(
+    req: ChatRequest,
+    tokenizer: &Tokenizer,
+    template: Option<&ChatTemplate>,
+    limits: &ServerConfig,
+) -> Result<Prepared<Vec<u32>>, ApiError> {
     if req
         .tools
         .as_ref()
@@ -212,19 +251,28 @@ async fn chat_inner(
         _ => None,
     };
     let max_tokens = req.max_completion_tokens.or(req.common.max_tokens);
-    let p = params::parse(&req.common, max_tokens, logprobs, b.tokenizer.vocab_size())?;
+    let p = params::parse(
+        &req.common,
+        max_tokens,
+        logprobs,
+        tokenizer.vocab_size(),
+        limits,
+    )?;
     let messages = req
         .messages
         .ok_or_else(|| ApiError::bad_request("messages is required", Some("messages")))?;
-    let prompt = chat_prompt(b, messages)?;
-    let ctx = StreamCtx::new(state, Kind::Chat, logprobs.is_some());
-    respond(state, b, &p, vec![prompt], ctx).await
+    let prompt = chat_prompt(tokenizer, template, messages)?;
+    Ok((p, prompt, logprobs))
 }
 
 /// Renders `messages` with the model's chat template (ending with the assistant's header)
 /// and tokenizes the result.
-fn chat_prompt(b: &Backend, messages: Vec<Value>) -> Result<Vec<u32>, ApiError> {
-    let template = b.template.as_ref().ok_or_else(|| {
+fn chat_prompt(
+    tokenizer: &Tokenizer,
+    template: Option<&ChatTemplate>,
+    messages: Vec<Value>,
+) -> Result<Vec<u32>, ApiError> {
+    let template = template.ok_or_else(|| {
         ApiError::bad_request(
             "this model has no chat template; use /v1/completions",
             Some("messages"),
@@ -248,7 +296,7 @@ fn chat_prompt(b: &Backend, messages: Vec<Value>) -> Result<Vec<u32>, ApiError> 
                 Some("messages"),
             )
         })?;
-    template.prompt_tokens(&b.tokenizer, &text).map_err(|e| {
+    template.prompt_tokens(tokenizer, &text).map_err(|e| {
         ApiError::bad_request(
             format!("cannot tokenize the messages: {e}"),
             Some("messages"),
@@ -291,14 +339,18 @@ async fn respond(
     p: &Params,
     prompts: Vec<Vec<u32>>,
     ctx: StreamCtx,
+    param: &'static str,
 ) -> Result<Response, ApiError> {
     let n_ctx = b.engine.config().n_ctx;
     let mut requests: Vec<(usize, bool, Request)> = Vec::new();
     for (pi, prompt) in prompts.into_iter().enumerate() {
-        for (j, r) in params::requests(p, prompt, n_ctx)?.into_iter().enumerate() {
+        let rs = params::requests(p, prompt, n_ctx, state.config(), param)?;
+        for (j, r) in rs.into_iter().enumerate() {
             requests.push((pi * p.n + j, j == 0, r));
         }
     }
+    // Held until the answer is sent (or its stream ends or is dropped).
+    let slot = state.admit()?;
     // Submitted all or none: an error drops (cancels) the handles already made.
     let mut choices = Vec::with_capacity(requests.len());
     for (index, first_of_prompt, r) in requests {
@@ -310,9 +362,17 @@ async fn respond(
         });
     }
     if p.stream {
-        Ok(stream::sse(state.clone(), ctx, choices, p.include_usage))
+        Ok(stream::sse(
+            state.clone(),
+            ctx,
+            choices,
+            p.include_usage,
+            slot,
+        ))
     } else {
-        collect(ctx, choices).await
+        let r = collect(ctx, choices).await;
+        drop(slot);
+        r
     }
 }
 

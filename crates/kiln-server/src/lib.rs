@@ -18,6 +18,8 @@
 //! truncate a prompt silently (a prompt over the context is a 400).
 
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod handlers;
 pub mod metrics;
 mod params;

@@ -6,12 +6,11 @@ use std::sync::Arc;
 use kiln_engine::{Grammar, Request, SamplerConfig};
 
 use crate::error::ApiError;
+use crate::state::ServerConfig;
 use crate::wire::{Common, ResponseFormat};
 
 /// The most alternatives per token a request may ask for (OpenAI's limit).
 pub const MAX_TOP_LOGPROBS: usize = 20;
-/// The most choices one request may ask for.
-pub const MAX_N: usize = 16;
 /// The most stop strings (OpenAI allows 4; Kiln is generous).
 pub const MAX_STOP: usize = 16;
 
@@ -37,7 +36,9 @@ pub fn parse(
     max_tokens: Option<i64>,
     logprobs: Option<usize>,
     vocab_size: usize,
+    limits: &ServerConfig,
 ) -> Result<Params, ApiError> {
+    let max_n = limits.max_n;
     let max_tokens = match max_tokens {
         None => None,
         Some(m) if m >= 1 => Some(m as usize),
@@ -50,10 +51,10 @@ pub fn parse(
     };
     let n = match c.n {
         None => 1,
-        Some(n) if (1..=MAX_N as i64).contains(&n) => n as usize,
+        Some(n) if (1..=max_n as i64).contains(&n) => n as usize,
         Some(n) => {
             return Err(ApiError::bad_request(
-                format!("n must be between 1 and {MAX_N} (got {n})"),
+                format!("n must be between 1 and {max_n} (got {n}; the server's max_n limit)"),
                 Some("n"),
             ));
         }
@@ -203,10 +204,22 @@ pub fn grammar(f: &ResponseFormat) -> Result<Option<Arc<Grammar>>, ApiError> {
 }
 
 /// The engine requests for one prompt: `n` of them, choice `i` seeded `seed + i`.
-/// Refuses (never truncates) a prompt that leaves no room for `max_tokens`.
-pub fn requests(p: &Params, prompt: Vec<u32>, n_ctx: usize) -> Result<Vec<Request>, ApiError> {
+/// Refuses (never truncates) a prompt over `limits.max_prompt_tokens` or that leaves no
+/// room for `max_tokens`; `param` names the prompt's field (`prompt` or `messages`).
+pub fn requests(
+    p: &Params,
+    prompt: Vec<u32>,
+    n_ctx: usize,
+    limits: &ServerConfig,
+    param: &'static str,
+) -> Result<Vec<Request>, ApiError> {
     if prompt.is_empty() {
-        return Err(ApiError::bad_request("the prompt is empty", Some("prompt")));
+        return Err(ApiError::bad_request("the prompt is empty", Some(param)));
+    }
+    if let Some(limit) = limits.max_prompt_tokens
+        && prompt.len() > limit
+    {
+        return Err(ApiError::prompt_too_long(prompt.len(), limit, param));
     }
     let max_tokens = match p.max_tokens {
         Some(m) => m,
@@ -263,9 +276,10 @@ mod tests {
             Some(4),
             None,
             100,
+            &ServerConfig::default(),
         )
         .unwrap();
-        let r = requests(&p, vec![1, 2], 64).unwrap();
+        let r = requests(&p, vec![1, 2], 64, &ServerConfig::default(), "prompt").unwrap();
         let seeds: Vec<u64> = r.iter().map(|r| r.sampling.seed).collect();
         assert_eq!(seeds, [7, 8, 9]);
         assert!(r.iter().all(|r| r.max_tokens == 4 && r.stop == ["a", "b"]));
@@ -275,30 +289,93 @@ mod tests {
 
     #[test]
     fn a_prompt_over_the_context_is_refused_not_truncated() {
-        let p = parse(&common("{}"), Some(10), None, 100).unwrap();
-        let e = requests(&p, vec![1; 60], 64).unwrap_err();
+        let p = parse(&common("{}"), Some(10), None, 100, &ServerConfig::default()).unwrap();
+        let e = requests(&p, vec![1; 60], 64, &ServerConfig::default(), "prompt").unwrap_err();
         assert_eq!(e.code, Some("context_length_exceeded"));
         assert!(e.message.contains("70 tokens"), "{}", e.message);
-        let unbounded = parse(&common("{}"), None, None, 100).unwrap();
+        let unbounded = parse(&common("{}"), None, None, 100, &ServerConfig::default()).unwrap();
         assert_eq!(
-            requests(&unbounded, vec![1; 60], 64).unwrap()[0].max_tokens,
+            requests(
+                &unbounded,
+                vec![1; 60],
+                64,
+                &ServerConfig::default(),
+                "prompt"
+            )
+            .unwrap()[0]
+                .max_tokens,
             4
         );
-        assert!(requests(&unbounded, vec![1; 64], 64).is_err());
+        assert!(
+            requests(
+                &unbounded,
+                vec![1; 64],
+                64,
+                &ServerConfig::default(),
+                "prompt"
+            )
+            .is_err()
+        );
     }
 
     #[test]
     fn out_of_range_fields_name_the_parameter() {
-        let e = parse(&common(r#"{"temperature":3}"#), None, None, 100).unwrap_err();
+        let e = parse(
+            &common(r#"{"temperature":3}"#),
+            None,
+            None,
+            100,
+            &ServerConfig::default(),
+        )
+        .unwrap_err();
         assert_eq!(e.param, Some("temperature"));
-        let e = parse(&common(r#"{"n":0}"#), None, None, 100).unwrap_err();
+        let e = parse(
+            &common(r#"{"n":0}"#),
+            None,
+            None,
+            100,
+            &ServerConfig::default(),
+        )
+        .unwrap_err();
         assert_eq!(e.param, Some("n"));
-        let e = parse(&common("{}"), Some(0), None, 100).unwrap_err();
+        let e = parse(&common("{}"), Some(0), None, 100, &ServerConfig::default()).unwrap_err();
         assert_eq!(e.param, Some("max_tokens"));
-        let e = parse(&common(r#"{"logit_bias":{"500":1}}"#), None, None, 100).unwrap_err();
+        let e = parse(
+            &common(r#"{"logit_bias":{"500":1}}"#),
+            None,
+            None,
+            100,
+            &ServerConfig::default(),
+        )
+        .unwrap_err();
         assert_eq!(e.param, Some("logit_bias"));
-        let e = parse(&common("{}"), None, Some(21), 100).unwrap_err();
+        let e = parse(&common("{}"), None, Some(21), 100, &ServerConfig::default()).unwrap_err();
         assert_eq!(e.param, Some("logprobs"));
+    }
+
+    #[test]
+    fn n_and_prompt_tokens_over_the_configured_limits_are_refused_naming_the_limit() {
+        let limits = ServerConfig {
+            max_n: 2,
+            max_prompt_tokens: Some(8),
+            ..ServerConfig::default()
+        };
+        let e = parse(&common(r#"{"n":3}"#), None, None, 100, &limits).unwrap_err();
+        assert_eq!(e.param, Some("n"));
+        assert!(e.message.contains("max_n"), "{}", e.message);
+        let p = parse(&common(r#"{"n":2}"#), Some(4), None, 100, &limits).unwrap();
+        assert_eq!(
+            requests(&p, vec![1; 8], 64, &limits, "prompt")
+                .unwrap()
+                .len(),
+            2
+        );
+        let e = requests(&p, vec![1; 9], 64, &limits, "messages").unwrap_err();
+        assert_eq!(e.code, Some("prompt_too_long"));
+        assert_eq!(e.param, Some("messages"));
+        assert!(e.message.contains("max_prompt_tokens"), "{}", e.message);
+        let e = parse(&common("{}"), Some(0), None, 100, &limits).unwrap_err();
+        assert!(e.message.contains("at least 1"), "{}", e.message);
     }
 
     #[test]
@@ -308,6 +385,7 @@ mod tests {
             None,
             None,
             100,
+            &ServerConfig::default(),
         )
         .unwrap();
         assert_eq!(

@@ -1,7 +1,7 @@
 //! Server state, the router, and serving with graceful shutdown.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -14,13 +14,23 @@ use kiln_tokenizer::chat::ChatTemplate;
 
 use crate::metrics::ServerCounters;
 
-/// How the server listens and guards itself.
+/// How the server listens and guards itself. The request limits live here (and the
+/// engine's in `kiln_engine::EngineConfig`: `n_ctx`, `max_queue`); `docs/serving.md` has
+/// the table of every limit, its default, flag and error.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
     pub host: String,
     pub port: u16,
-    /// Bodies over this many bytes are refused with 413.
+    /// Bodies over this many bytes are refused with 413 `request_too_large`.
     pub max_body_bytes: usize,
+    /// The most choices (`n`) one request may ask for; more: 400, param `n`.
+    pub max_n: usize,
+    /// The most prompt tokens one request may have (`None`: as many as the context holds
+    /// with one generated token); more: 400 `prompt_too_long`.
+    pub max_prompt_tokens: Option<usize>,
+    /// The most generation requests in flight at once (running, waiting, or streaming
+    /// their answer); more: 429 `concurrency_limit_exceeded`.
+    pub max_concurrent_requests: usize,
     /// After Ctrl-C / SIGTERM, running requests may finish for this long; then they are
     /// cancelled.
     pub drain_timeout: Duration,
@@ -32,6 +42,9 @@ impl Default for ServerConfig {
             host: "127.0.0.1".into(),
             port: 8080,
             max_body_bytes: 4 << 20,
+            max_n: 16,
+            max_prompt_tokens: None,
+            max_concurrent_requests: 512,
             drain_timeout: Duration::from_secs(10),
         }
     }
@@ -66,6 +79,18 @@ pub(crate) struct Shared {
     pub created: u64,
     pub next_id: AtomicU64,
     pub counters: Mutex<ServerCounters>,
+    /// Generation requests in flight (see [`InFlight`]).
+    pub in_flight: AtomicUsize,
+}
+
+/// One generation request's slot under `max_concurrent_requests`; freed when dropped
+/// (the response was sent, or its stream ended or was dropped by the client).
+pub(crate) struct InFlight(Arc<Shared>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Shared, cheap to clone.
@@ -82,6 +107,7 @@ impl AppState {
             created: unix_now(),
             next_id: AtomicU64::new(1),
             counters: Mutex::new(ServerCounters::default()),
+            in_flight: AtomicUsize::new(0),
         }))
     }
 
@@ -122,6 +148,23 @@ impl AppState {
 
     pub(crate) fn counters(&self) -> ServerCounters {
         self.0.counters.lock().map(|c| *c).unwrap_or_default()
+    }
+
+    /// Takes a slot under `max_concurrent_requests`, or refuses with 429.
+    pub(crate) fn admit(&self) -> Result<InFlight, crate::error::ApiError> {
+        let limit = self.0.config.max_concurrent_requests;
+        let prev = self.0.in_flight.fetch_add(1, Ordering::AcqRel);
+        let slot = InFlight(Arc::clone(&self.0));
+        if prev >= limit {
+            drop(slot);
+            return Err(crate::error::ApiError::concurrency(limit));
+        }
+        Ok(slot)
+    }
+
+    /// Generation requests in flight now.
+    pub fn in_flight(&self) -> usize {
+        self.0.in_flight.load(Ordering::Acquire)
     }
 
     /// A fresh response id suffix.

@@ -16,7 +16,7 @@ use kiln_engine::{Event, RequestHandle, TokenLogprob};
 use kiln_tokenizer::Tokenizer;
 
 use crate::error::ApiError;
-use crate::state::AppState;
+use crate::state::{AppState, InFlight};
 use crate::wire::{
     ChatChunk, ChatChunkChoice, ChatLogprobs, ChatTokenLogprob, ChatTopLogprob, CompletionChoice,
     CompletionLogprobs, CompletionResponse, Delta, UsageJson,
@@ -211,6 +211,8 @@ struct SseState {
     usage: UsageJson,
     include_usage: bool,
     finished: bool,
+    /// The request's slot under `max_concurrent_requests`, freed with the stream.
+    _slot: InFlight,
 }
 
 impl SseState {
@@ -266,7 +268,16 @@ impl SseState {
             }
             Event::Error(e) => {
                 self.ended[slot] = true;
-                self.pending.push_back(ApiError::from(e).body());
+                let e = ApiError::from(e);
+                if e.status.is_server_error() {
+                    eprintln!(
+                        "kiln serve: {} (in a stream) {}",
+                        e.status.as_u16(),
+                        e.message
+                    );
+                    self.state.count(|c| c.http_errors_5xx += 1);
+                }
+                self.pending.push_back(e.body());
             }
         }
     }
@@ -312,7 +323,13 @@ impl Drop for SseState {
 }
 
 /// The streaming response for `choices`.
-pub fn sse(state: AppState, ctx: StreamCtx, choices: Vec<Choice>, include_usage: bool) -> Response {
+pub fn sse(
+    state: AppState,
+    ctx: StreamCtx,
+    choices: Vec<Choice>,
+    include_usage: bool,
+    slot: InFlight,
+) -> Response {
     let n = choices.iter().map(|c| c.index + 1).max().unwrap_or(0);
     let mut pending = VecDeque::new();
     if ctx.kind == Kind::Chat {
@@ -339,6 +356,7 @@ pub fn sse(state: AppState, ctx: StreamCtx, choices: Vec<Choice>, include_usage:
         usage: UsageJson::default(),
         include_usage,
         finished: false,
+        _slot: slot,
     };
     let events = stream::unfold(st, |mut st| async move {
         loop {

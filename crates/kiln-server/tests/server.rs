@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kiln_engine::{Engine, EngineConfig, Event, Request};
+use kiln_engine::{Engine, EngineConfig, Event, FaultPlan, Request};
 use kiln_format::GgufFile;
 use kiln_model::Model;
 use kiln_server::{AppState, Backend, ServerConfig};
@@ -363,7 +363,14 @@ fn errors_use_openai_json_with_the_right_status() {
         &json!({"prompt":PROMPT,"max_tokens":2}),
     );
     assert_eq!(status, 429, "{v}");
-    assert_eq!(error_of(&v).0, "rate_limit_error");
+    assert_eq!(error_of(&v), ("rate_limit_error", Some("queue_full")));
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_queue"),
+        "{v}"
+    );
 }
 
 #[test]
@@ -459,4 +466,218 @@ fn kv_blocks_return_to_zero_after_a_client_disconnects_mid_stream() {
         &json!({"prompt":PROMPT,"max_tokens":2}),
     );
     assert_eq!(status, 200, "{v}");
+}
+
+/// A streaming completion that cannot end by itself soon (end-of-generation banned),
+/// read up to its first `data:` line.
+fn open_stream(s: &Server, prompt: &str) -> std::io::Lines<BufReader<impl std::io::Read>> {
+    let bias: serde_json::Map<String, Value> = s
+        .tokenizer
+        .eog_ids()
+        .iter()
+        .map(|id| (id.to_string(), json!(-100)))
+        .collect();
+    let req = json!({"prompt":prompt,"max_tokens":400,"stream":true,"logit_bias":bias});
+    let resp = agent()
+        .post(format!("http://{}/v1/completions", s.addr))
+        .content_type("application/json")
+        .send(req.to_string())
+        .expect("stream");
+    assert_eq!(resp.status().as_u16(), 200);
+    let mut lines = BufReader::new(resp.into_body().into_reader()).lines();
+    loop {
+        let line = lines.next().expect("a line").expect("read");
+        if line.starts_with("data: ") {
+            return lines;
+        }
+    }
+}
+
+/// Polls `/metrics` until no KV block is used and nothing runs or waits.
+fn assert_idle_soon(s: &Server) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, m) = get(s.addr, "/metrics");
+        if metric(&m, "kiln_kv_blocks_used") == 0.0
+            && metric(&m, "kiln_requests_running") == 0.0
+            && metric(&m, "kiln_requests_waiting") == 0.0
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server did not go idle:\n{m}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_panic_in_one_request_answers_500_and_the_server_keeps_serving() {
+    const VICTIM: &str = "Tell me a story about a zebra";
+    let (_, tok, _) = load();
+    let marker = *tok
+        .encode(VICTIM, true, true)
+        .unwrap()
+        .last()
+        .expect("tokens");
+    assert!(!tok.encode(PROMPT, true, true).unwrap().contains(&marker));
+    let s = start(ServerConfig::default(), |c| {
+        c.fault = Some(FaultPlan {
+            prompt_token: marker,
+            after_tokens: 2,
+        })
+    });
+    let want = greedy_engine_text(&s, s.tokenizer.encode(PROMPT, true, true).unwrap(), 8);
+
+    // Not streaming: 500 in OpenAI's error JSON, naming the panic.
+    let (status, v) = post_json(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt":VICTIM,"max_tokens":8,"temperature":0}),
+    );
+    assert_eq!(status, 500, "{v}");
+    assert_eq!(error_of(&v).0, "server_error");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("panic"),
+        "{v}"
+    );
+
+    // Streaming: the first tokens, then an error event, then the stream ends.
+    let (status, body) = post(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt":VICTIM,"max_tokens":8,"temperature":0,"stream":true}).to_string(),
+    );
+    assert_eq!(status, 200, "{body}");
+    let data = sse_data(&body);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{body}");
+    let events: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap_or_else(|e| panic!("{e}: {d}")))
+        .collect();
+    let (last, tokens) = events.split_last().expect("events");
+    assert_eq!(error_of(last).0, "server_error", "{body}");
+    assert!(!tokens.is_empty(), "tokens came before the panic: {body}");
+    assert!(
+        tokens
+            .iter()
+            .all(|t| t["choices"][0]["finish_reason"].is_null()),
+        "{body}"
+    );
+
+    // The process, /health and the other requests are unaffected.
+    assert_eq!(get(s.addr, "/health").0, 200);
+    let (status, v) = post_json(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt":PROMPT,"max_tokens":8,"temperature":0}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["choices"][0]["text"], want);
+    assert_idle_soon(&s);
+    let (_, m) = get(s.addr, "/metrics");
+    assert_eq!(
+        metric(&m, "kiln_requests_total{outcome=\"failed\"}"),
+        2.0,
+        "{m}"
+    );
+}
+
+#[test]
+fn every_request_limit_is_refused_with_an_error_naming_it() {
+    let s = start(
+        ServerConfig {
+            max_n: 2,
+            max_prompt_tokens: Some(32),
+            max_concurrent_requests: 1,
+            ..ServerConfig::default()
+        },
+        |_| {},
+    );
+    let refused =
+        |body: Value, status: u16, param: Option<&str>, code: Option<&str>, names: &str| {
+            let (st, v) = post_json(s.addr, "/v1/completions", &body);
+            assert_eq!(st, status, "{v}");
+            assert_eq!(v["error"]["param"].as_str(), param, "{v}");
+            assert_eq!(v["error"]["code"].as_str(), code, "{v}");
+            assert!(
+                v["error"]["message"].as_str().unwrap().contains(names),
+                "{v} should name {names}"
+            );
+        };
+    refused(
+        json!({"prompt":PROMPT,"n":3}),
+        400,
+        Some("n"),
+        None,
+        "max_n",
+    );
+    refused(
+        json!({"prompt":[PROMPT, PROMPT, PROMPT]}),
+        400,
+        Some("n"),
+        None,
+        "max_n",
+    );
+    refused(
+        json!({"prompt":PROMPT,"max_tokens":0}),
+        400,
+        Some("max_tokens"),
+        None,
+        "at least 1",
+    );
+    refused(
+        json!({"prompt":"word ".repeat(40),"max_tokens":4}),
+        400,
+        Some("prompt"),
+        Some("prompt_too_long"),
+        "max_prompt_tokens",
+    );
+    refused(
+        json!({"prompt":PROMPT,"max_tokens":600}),
+        400,
+        Some("messages"),
+        Some("context_length_exceeded"),
+        "maximum context length is 512",
+    );
+    let (st, v) = post_json(
+        s.addr,
+        "/v1/chat/completions",
+        &json!({"messages":[{"role":"user","content":"word ".repeat(40)}]}),
+    );
+    assert_eq!((st, error_of(&v).1), (400, Some("prompt_too_long")), "{v}");
+    // n at the limit is served.
+    let (st, v) = post_json(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt":PROMPT,"n":2,"max_tokens":2}),
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["choices"].as_array().unwrap().len(), 2);
+
+    // One request in flight (a stream being read): the next one is refused with 429 …
+    let stream = open_stream(&s, PROMPT);
+    assert_eq!(s.state.in_flight(), 1);
+    refused(
+        json!({"prompt":PROMPT,"max_tokens":2}),
+        429,
+        None,
+        Some("concurrency_limit_exceeded"),
+        "max_concurrent_requests",
+    );
+    // … and once that client leaves, its slot is free again.
+    drop(stream);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while s.state.in_flight() > 0 {
+        assert!(Instant::now() < deadline, "the slot was not freed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (st, v) = post_json(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt":PROMPT,"max_tokens":2}),
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_idle_soon(&s);
 }

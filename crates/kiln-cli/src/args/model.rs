@@ -79,7 +79,11 @@ mod tests {
     fn quantize_names_parse_case_insensitively_and_unknown_ones_list_the_choices() {
         assert_eq!(parse_quantize("q4_k"), Ok(GgmlType::Q4_K));
         assert_eq!(parse_quantize("Q8_0"), Ok(GgmlType::Q8_0));
-        let err = parse_quantize("q6_k").unwrap_err();
-        assert!(err.contains("q8_0, q4_0, q4_k"), "{err}");
+        assert_eq!(parse_quantize("iq4_xs"), Ok(GgmlType::IQ4_XS));
+        let err = parse_quantize("q8_1").unwrap_err();
+        assert!(
+            err.contains("'q8_1'") && err.contains("q4_k") && err.contains("q2_k"),
+            "{err}"
+        );
     }
 }

@@ -4,8 +4,9 @@
 //! package's bit for bit.
 
 use crate::blocks::{
-    BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ6K, BlockQ8_0, QK, QK_K, as_blocks,
-    bf16_to_f32, q4k_scale_min,
+    BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0,
+    BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, IQ4NL_VALUES, QK, QK_K, as_blocks, bf16_to_f32,
+    iq4xs_scale, q3k_scales, q4k_scale_min,
 };
 use half::f16;
 
@@ -126,6 +127,108 @@ pub(crate) fn dequant_q6_k(src: &[u8], dst: &mut [f32]) {
                 y[l + 32] = d * sc[is + 2] as f32 * q2 as f32;
                 y[l + 64] = d * sc[is + 4] as f32 * q3 as f32;
                 y[l + 96] = d * sc[is + 6] as f32 * q4 as f32;
+            }
+        }
+    }
+}
+
+pub(crate) fn dequant_q5_1(src: &[u8], dst: &mut [f32]) {
+    let blocks: &[BlockQ5_1] = as_blocks(src);
+    assert_eq!(blocks.len() * QK, dst.len());
+    for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK)) {
+        let d = b.d.to_f32();
+        let m = b.m.to_f32();
+        let qh = u32::from_le_bytes(b.qh);
+        for j in 0..QK / 2 {
+            let x0 = (b.qs[j] & 0x0F) as u32 | (((qh >> j) & 1) << 4);
+            let x1 = (b.qs[j] >> 4) as u32 | (((qh >> (j + 16)) & 1) << 4);
+            y[j] = x0 as f32 * d + m;
+            y[j + QK / 2] = x1 as f32 * d + m;
+        }
+    }
+}
+
+pub(crate) fn dequant_q2_k(src: &[u8], dst: &mut [f32]) {
+    let blocks: &[BlockQ2K] = as_blocks(src);
+    assert_eq!(blocks.len() * QK_K, dst.len());
+    for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
+        let d = b.d.to_f32();
+        let min = b.dmin.to_f32();
+        // Sub-block `j` of 16: elements 16 j .. 16 j + 16, scale byte `j`.
+        for (j, y) in y.chunks_exact_mut(16).enumerate() {
+            let (h, k, l0) = (j / 8, (j % 8) / 2, 16 * (j % 2));
+            let sc = b.scales[j];
+            let dl = d * (sc & 0x0F) as f32;
+            let ml = min * (sc >> 4) as f32;
+            for (l, o) in y.iter_mut().enumerate() {
+                let q = (b.qs[32 * h + l0 + l] >> (2 * k)) & 3;
+                *o = dl * q as f32 - ml;
+            }
+        }
+    }
+}
+
+pub(crate) fn dequant_q3_k(src: &[u8], dst: &mut [f32]) {
+    let blocks: &[BlockQ3K] = as_blocks(src);
+    assert_eq!(blocks.len() * QK_K, dst.len());
+    for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
+        let d = b.d.to_f32();
+        let sc = q3k_scales(&b.scales);
+        for (j, y) in y.chunks_exact_mut(16).enumerate() {
+            let (h, k, l0) = (j / 8, (j % 8) / 2, 16 * (j % 2));
+            let g = 4 * h + k; // the 32-element group: its bit in `hmask`
+            let dl = d * sc[j] as f32;
+            for (l, o) in y.iter_mut().enumerate() {
+                let lo = ((b.qs[32 * h + l0 + l] >> (2 * k)) & 3) as i32;
+                let high = (b.hmask[l0 + l] >> g) & 1 != 0;
+                *o = dl * (lo - if high { 0 } else { 4 }) as f32;
+            }
+        }
+    }
+}
+
+pub(crate) fn dequant_q5_k(src: &[u8], dst: &mut [f32]) {
+    let blocks: &[BlockQ5K] = as_blocks(src);
+    assert_eq!(blocks.len() * QK_K, dst.len());
+    for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
+        let d = b.d.to_f32();
+        let min = b.dmin.to_f32();
+        for (g, y) in y.chunks_exact_mut(32).enumerate() {
+            let (sc, m) = q4k_scale_min(g, &b.scales);
+            let (dl, ml) = (d * sc as f32, min * m as f32);
+            let q = &b.qs[32 * (g / 2)..32 * (g / 2) + 32];
+            for (l, o) in y.iter_mut().enumerate() {
+                let lo = if g % 2 == 0 { q[l] & 0x0F } else { q[l] >> 4 };
+                let v = lo | (((b.qh[l] >> g) & 1) << 4);
+                *o = dl * v as f32 - ml;
+            }
+        }
+    }
+}
+
+pub(crate) fn dequant_iq4_nl(src: &[u8], dst: &mut [f32]) {
+    let blocks: &[BlockIQ4NL] = as_blocks(src);
+    assert_eq!(blocks.len() * QK, dst.len());
+    for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK)) {
+        let d = b.d.to_f32();
+        for j in 0..QK / 2 {
+            y[j] = d * IQ4NL_VALUES[(b.qs[j] & 0x0F) as usize] as f32;
+            y[j + QK / 2] = d * IQ4NL_VALUES[(b.qs[j] >> 4) as usize] as f32;
+        }
+    }
+}
+
+pub(crate) fn dequant_iq4_xs(src: &[u8], dst: &mut [f32]) {
+    let blocks: &[BlockIQ4XS] = as_blocks(src);
+    assert_eq!(blocks.len() * QK_K, dst.len());
+    for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
+        let d = b.d.to_f32();
+        for (j, y) in y.chunks_exact_mut(32).enumerate() {
+            let dl = d * iq4xs_scale(b, j) as f32;
+            let q = &b.qs[16 * j..16 * j + 16];
+            for l in 0..16 {
+                y[l] = dl * IQ4NL_VALUES[(q[l] & 0x0F) as usize] as f32;
+                y[l + 16] = dl * IQ4NL_VALUES[(q[l] >> 4) as usize] as f32;
             }
         }
     }

@@ -4,8 +4,8 @@
 
 use super::lanes::{add8, arr32, fma, fma8, hsum4, hsum8, quads_ss, quads_us, quads_us_scaled};
 use crate::blocks::{
-    BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ6K, BlockQ8_0, BlockQ8_1, BlockQ8K, QK_K,
-    as_blocks, bf16_to_f32, q4k_scales_mins,
+    BlockIQ4NL, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0,
+    BlockQ8_1, BlockQ8K, IQ4NL_VALUES, QK_K, as_blocks, bf16_to_f32, q4k_scales_mins,
 };
 use half::f16;
 
@@ -137,6 +137,60 @@ pub(crate) fn dot_q4_1(w: &[u8], a: &[u8]) -> f32 {
         );
     }
     hsum8(&acc) + summs
+}
+
+/// Q5_1 × Q8_1: as [`dot_q4_1`] with five-bit values (bit 4 of element `j` is bit `j` of
+/// `qh`).
+pub(crate) fn dot_q5_1(w: &[u8], a: &[u8]) -> f32 {
+    let (w, a): (&[BlockQ5_1], &[BlockQ8_1]) = (as_blocks(w), as_blocks(a));
+    assert_eq!(w.len(), a.len());
+    let mut acc = [0.0f32; 8];
+    let mut summs = 0.0f32;
+    for (x, y) in w.iter().zip(a) {
+        summs = fma(x.m.to_f32(), y.s.to_f32(), summs);
+        let lo = nibbles(&x.qs);
+        let q: [u8; 32] = std::array::from_fn(|j| lo[j] | if high_bit(&x.qh, j) { 16 } else { 0 });
+        fma8(&mut acc, x.d.to_f32() * y.d.to_f32(), &quads_us(&q, &y.qs));
+    }
+    hsum8(&acc) + summs
+}
+
+/// The 32 signed levels of an IQ4_NL block in element order.
+fn iq4nl_values(qs: &[u8; 16]) -> [i8; 32] {
+    nibbles(qs).map(|q| IQ4NL_VALUES[q as usize])
+}
+
+/// IQ4_NL × Q8_0 (ggml's order, which differs from the other 32-element types): blocks are
+/// taken in pairs, the even block of each pair into accumulator `acc1`, the odd one into
+/// `acc2` (`fma(f16(dy) * f16(dx), quads, acc)` on the signed levels); the two are added
+/// lane-wise and reduced with [`hsum8`]. An odd last block is added afterwards as one exact
+/// integer sum: `total + dy * dx * sum` (a multiply, then an add).
+pub(crate) fn dot_iq4_nl(w: &[u8], a: &[u8]) -> f32 {
+    let (w, a): (&[BlockIQ4NL], &[BlockQ8_0]) = (as_blocks(w), as_blocks(a));
+    assert_eq!(w.len(), a.len());
+    let pairs = w.len() / 2;
+    let mut acc = [[0.0f32; 8]; 2];
+    for i in 0..2 * pairs {
+        let (x, y) = (&w[i], &a[i]);
+        let d = y.d.to_f32() * x.d.to_f32();
+        fma8(&mut acc[i % 2], d, &quads_ss(&iq4nl_values(&x.qs), &y.qs));
+    }
+    let both: [f32; 8] = std::array::from_fn(|l| acc[0][l] + acc[1][l]);
+    let mut sum = hsum8(&both);
+    if w.len() % 2 == 1 {
+        let (x, y) = (&w[w.len() - 1], &a[w.len() - 1]);
+        let d = y.d.to_f32() * x.d.to_f32();
+        let q = iq4nl_values(&x.qs);
+        let sumi: i32 = q
+            .iter()
+            .zip(&y.qs)
+            .map(|(&v, &u)| v as i32 * u as i32)
+            .sum();
+        // Not fused: ggml's x86 build compiles this tail to a multiply and an add (checked
+        // against its `ggml_vec_dot_iq4_nl_q8_0` on odd block counts).
+        sum += d * sumi as f32;
+    }
+    sum
 }
 
 /// Q4_K × Q8_K, per super-block: the 8 lanes of `sum_j sc_j * q4 * q8` (sub-blocks `2i`,

@@ -59,17 +59,38 @@ pub(crate) fn quads_us(a: &[u8; 32], b: &[i8; 32]) -> [i32; 8] {
     })
 }
 
-/// Signed × signed bytes through AVX2's sign trick (`|x|` times `y` with `x`'s sign, both
-/// with 8-bit wrapping, then [`quads_us`]), so `-128` behaves as it does there.
+/// AVX2's sign trick for signed × signed bytes: `(|x|, y with x's sign)`, both with 8-bit
+/// wrapping (`_mm256_sign_epi8(x, x)`, `_mm256_sign_epi8(y, x)`), ready for `maddubs`.
 #[inline(always)]
-pub(crate) fn quads_ss(x: &[i8; 32], y: &[i8; 32]) -> [i32; 8] {
+pub(crate) fn sign_trick(x: &[i8; 32], y: &[i8; 32]) -> ([u8; 32], [i8; 32]) {
     let ax: [u8; 32] = std::array::from_fn(|i| x[i].unsigned_abs());
     let sy: [i8; 32] = std::array::from_fn(|i| match x[i] {
         0 => 0,
         v if v < 0 => y[i].wrapping_neg(),
         _ => y[i],
     });
+    (ax, sy)
+}
+
+/// Signed × signed bytes through AVX2's sign trick ([`sign_trick`], then [`quads_us`]), so
+/// `-128` behaves as it does there.
+#[inline(always)]
+pub(crate) fn quads_ss(x: &[i8; 32], y: &[i8; 32]) -> [i32; 8] {
+    let (ax, sy) = sign_trick(x, y);
     quads_us(&ax, &sy)
+}
+
+/// Quad sums of small signed values × signed bytes, each pair times an `i16` scale as in
+/// [`quads_us_scaled`], computed exactly. For weights with `|a| <= 4` (Q3_K), where AVX2's
+/// `maddubs` pairs cannot saturate, so any exact evaluation gives its lanes.
+#[inline(always)]
+pub(crate) fn quads_small_scaled(a: &[i8; 32], b: &[i8; 32], lo: i32, hi: i32) -> [i32; 8] {
+    std::array::from_fn(|l| {
+        let i = 4 * l;
+        let s = if l < 4 { lo } else { hi };
+        let p = |k: usize| a[k] as i32 * b[k] as i32 + a[k + 1] as i32 * b[k + 1] as i32;
+        s * p(i) + s * p(i + 2)
+    })
 }
 
 /// Quad sums of 32 bytes each multiplied by one `i16` scale (`madd(s, maddubs(a, b))`): lane

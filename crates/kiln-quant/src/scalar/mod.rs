@@ -4,6 +4,7 @@
 pub(crate) mod act;
 pub(crate) mod dequant;
 pub(crate) mod dot;
+pub(crate) mod dot_k;
 pub(crate) mod lanes;
 
 use crate::isa::Isa;
@@ -41,6 +42,12 @@ dotr4_of!(dotr4_q5_0, dot::dot_q5_0);
 dotr4_of!(dotr4_q8_0, dot::dot_q8_0);
 dotr4_of!(dotr4_q4_k, dot::dot_q4_k);
 dotr4_of!(dotr4_q6_k, dot::dot_q6_k);
+dotr4_of!(dotr4_q5_1, dot::dot_q5_1);
+dotr4_of!(dotr4_q2_k, dot_k::dot_q2_k);
+dotr4_of!(dotr4_q3_k, dot_k::dot_q3_k);
+dotr4_of!(dotr4_q5_k, dot_k::dot_q5_k);
+dotr4_of!(dotr4_iq4_nl, dot::dot_iq4_nl);
+dotr4_of!(dotr4_iq4_xs, dot_k::dot_iq4_xs);
 
 dot4_of!(dot4_f32, dot::dot_f32);
 dot4_of!(dot4_f16, dot::dot_f16);
@@ -51,6 +58,12 @@ dot4_of!(dot4_q5_0, dot::dot_q5_0);
 dot4_of!(dot4_q8_0, dot::dot_q8_0);
 dot4_of!(dot4_q4_k, dot::dot_q4_k);
 dot4_of!(dot4_q6_k, dot::dot_q6_k);
+dot4_of!(dot4_q5_1, dot::dot_q5_1);
+dot4_of!(dot4_q2_k, dot_k::dot_q2_k);
+dot4_of!(dot4_q3_k, dot_k::dot_q3_k);
+dot4_of!(dot4_q5_k, dot_k::dot_q5_k);
+dot4_of!(dot4_iq4_nl, dot::dot_iq4_nl);
+dot4_of!(dot4_iq4_xs, dot_k::dot_iq4_xs);
 
 const fn s<F>(f: F) -> Imp<F> {
     Imp {
@@ -124,6 +137,42 @@ pub(crate) static KERNELS: Kernels = Kernels {
             dot: s(dot::dot_q6_k),
             dotr4: s(dotr4_q6_k),
             dot4: s(dot4_q6_k),
+        },
+        WeightKernels {
+            dequant: s(dequant::dequant_q5_1),
+            dot: s(dot::dot_q5_1),
+            dotr4: s(dotr4_q5_1),
+            dot4: s(dot4_q5_1),
+        },
+        WeightKernels {
+            dequant: s(dequant::dequant_q2_k),
+            dot: s(dot_k::dot_q2_k),
+            dotr4: s(dotr4_q2_k),
+            dot4: s(dot4_q2_k),
+        },
+        WeightKernels {
+            dequant: s(dequant::dequant_q3_k),
+            dot: s(dot_k::dot_q3_k),
+            dotr4: s(dotr4_q3_k),
+            dot4: s(dot4_q3_k),
+        },
+        WeightKernels {
+            dequant: s(dequant::dequant_q5_k),
+            dot: s(dot_k::dot_q5_k),
+            dotr4: s(dotr4_q5_k),
+            dot4: s(dot4_q5_k),
+        },
+        WeightKernels {
+            dequant: s(dequant::dequant_iq4_nl),
+            dot: s(dot::dot_iq4_nl),
+            dotr4: s(dotr4_iq4_nl),
+            dot4: s(dot4_iq4_nl),
+        },
+        WeightKernels {
+            dequant: s(dequant::dequant_iq4_xs),
+            dot: s(dot_k::dot_iq4_xs),
+            dotr4: s(dotr4_iq4_xs),
+            dot4: s(dot4_iq4_xs),
         },
     ],
 };

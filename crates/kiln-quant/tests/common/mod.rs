@@ -15,6 +15,12 @@ pub const WEIGHT_TYPES: &[GgmlType] = &[
     GgmlType::Q8_0,
     GgmlType::Q4_K,
     GgmlType::Q6_K,
+    GgmlType::Q5_1,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q5_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
 ];
 
 pub const ACT_TYPES: &[GgmlType] = &[
@@ -94,6 +100,21 @@ pub fn random_weights(ty: GgmlType, n_blocks: usize, rng: &mut SeedRng) -> Vec<u
                 b[2..4].copy_from_slice(&f16_bytes(scale / 64.0));
             }
             GgmlType::Q6_K => b[208..210].copy_from_slice(&f16_bytes(scale / 64.0)),
+            GgmlType::Q5_1 => {
+                b[0..2].copy_from_slice(&f16_bytes(scale / 2.0));
+                b[2..4].copy_from_slice(&f16_bytes(-8.0 * scale * (0.5 + rng.unit())));
+            }
+            GgmlType::Q2_K => {
+                b[80..82].copy_from_slice(&f16_bytes(scale / 8.0));
+                b[82..84].copy_from_slice(&f16_bytes(scale / 16.0));
+            }
+            GgmlType::Q3_K => b[108..110].copy_from_slice(&f16_bytes(scale / 32.0)),
+            GgmlType::Q5_K => {
+                b[0..2].copy_from_slice(&f16_bytes(scale / 64.0));
+                b[2..4].copy_from_slice(&f16_bytes(scale / 64.0));
+            }
+            GgmlType::IQ4_NL => b[0..2].copy_from_slice(&f16_bytes(scale / 64.0)),
+            GgmlType::IQ4_XS => b[0..2].copy_from_slice(&f16_bytes(scale / 1024.0)),
             other => panic!("no generator for {other}"),
         }
     }
@@ -206,10 +227,10 @@ pub fn decode_act(act: GgmlType, bytes: &[u8]) -> Vec<f32> {
 }
 
 /// Per element, the magnitude of the additive offset a weight type computes separately from
-/// `d * q` (Q4_1's `m`, Q4_K's `dmin * m_j`); 0 for the others. Dot kernels add those terms
+/// `d * q` (Q4_1/Q5_1's `m`, Q2_K/Q4_K/Q5_K's `dmin * m_j`); 0 for the others. Dot kernels add those terms
 /// on their own, so summation-order tolerances must count them.
 pub fn weight_offsets(ty: GgmlType, bytes: &[u8]) -> Vec<f32> {
-    use kiln_quant::blocks::{BlockQ4_1, BlockQ4K, q4k_scale_min};
+    use kiln_quant::blocks::{BlockQ2K, BlockQ4_1, BlockQ4K, BlockQ5_1, BlockQ5K, q4k_scale_min};
     let n = bytes.len() / ty.block_bytes() * ty.block_elems();
     match ty {
         GgmlType::Q4_1 => bytemuck::cast_slice::<u8, BlockQ4_1>(bytes)
@@ -222,6 +243,24 @@ pub fn weight_offsets(ty: GgmlType, bytes: &[u8]) -> Vec<f32> {
                 (0..256).map(move |i| {
                     (b.dmin.to_f32() * q4k_scale_min(i / 32, &b.scales).1 as f32).abs()
                 })
+            })
+            .collect(),
+        GgmlType::Q5_1 => bytemuck::cast_slice::<u8, BlockQ5_1>(bytes)
+            .iter()
+            .flat_map(|b| [b.m.to_f32().abs(); 32])
+            .collect(),
+        GgmlType::Q5_K => bytemuck::cast_slice::<u8, BlockQ5K>(bytes)
+            .iter()
+            .flat_map(|b| {
+                (0..256).map(move |i| {
+                    (b.dmin.to_f32() * q4k_scale_min(i / 32, &b.scales).1 as f32).abs()
+                })
+            })
+            .collect(),
+        GgmlType::Q2_K => bytemuck::cast_slice::<u8, BlockQ2K>(bytes)
+            .iter()
+            .flat_map(|b| {
+                (0..256).map(move |i| (b.dmin.to_f32() * (b.scales[i / 16] >> 4) as f32).abs())
             })
             .collect(),
         _ => vec![0.0; n],
@@ -249,6 +288,12 @@ pub const BUDGETS: &[(GgmlType, f64)] = &[
     (GgmlType::Q8_0, 1.0 / 254.0 + 1.0 / 2048.0 + 1e-6),
     (GgmlType::Q4_K, 1.0 / 254.0 + 1e-6),
     (GgmlType::Q6_K, 1.0 / 254.0 + 1e-6),
+    (GgmlType::Q5_1, 1.0 / 254.0 + 1.0 / 2048.0 + 1e-6),
+    (GgmlType::Q2_K, 1.0 / 254.0 + 1e-6),
+    (GgmlType::Q3_K, 1.0 / 254.0 + 1e-6),
+    (GgmlType::Q5_K, 1.0 / 254.0 + 1e-6),
+    (GgmlType::IQ4_NL, 1.0 / 254.0 + 1.0 / 2048.0 + 1e-6),
+    (GgmlType::IQ4_XS, 1.0 / 254.0 + 1e-6),
 ];
 
 /// The budget bound for one row pair.

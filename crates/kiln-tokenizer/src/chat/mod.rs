@@ -58,6 +58,12 @@ pub enum ChatError {
         source_line: Option<String>,
     },
 
+    /// The rendered prompt grew past the output limit (see [`MAX_TEMPLATE_OUTPUT_BYTES`]).
+    #[error(
+        "chat template ({origin}): the rendered prompt exceeds {limit} bytes (the chat-template output limit, MAX_TEMPLATE_OUTPUT_BYTES)"
+    )]
+    OutputTooLarge { origin: String, limit: usize },
+
     /// A template name that the model does not have.
     #[error("no chat template named {name:?} in {origin}; the model has: {available}")]
     UnknownTemplate {
@@ -275,6 +281,35 @@ impl SpecialTokens {
 /// 200-message Qwen2.5 conversation with tools stays far below this).
 pub const MAX_TEMPLATE_STEPS: u64 = 20_000_000;
 
+/// Most bytes one render may produce (the default of
+/// [`ChatTemplate::set_max_output_bytes`]). The template comes from a model file: a loop
+/// printing a long value would otherwise build a prompt of any size within the step
+/// limit. Real prompts are the messages plus a few hundred bytes per message, and a
+/// request body is itself bounded (the server's 4 MiB by default).
+pub const MAX_TEMPLATE_OUTPUT_BYTES: usize = 16 << 20;
+
+/// A writer that refuses to grow past `limit` bytes.
+struct Capped {
+    buf: Vec<u8>,
+    limit: usize,
+    over: bool,
+}
+
+impl std::io::Write for Capped {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        if self.buf.len() + b.len() > self.limit {
+            self.over = true;
+            return Err(std::io::Error::other("the chat-template output limit"));
+        }
+        self.buf.extend_from_slice(b);
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// The variable `strftime_now` reads the render time from.
 const NOW_VAR: &str = "__kiln_strftime_now__";
 
@@ -285,6 +320,8 @@ pub struct ChatTemplate {
     names: Vec<String>,
     env: Environment<'static>,
     special: SpecialTokens,
+    /// Most bytes one render may produce.
+    max_output: usize,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -331,7 +368,14 @@ impl ChatTemplate {
             names,
             env,
             special,
+            max_output: MAX_TEMPLATE_OUTPUT_BYTES,
         })
+    }
+
+    /// Sets the most bytes one render may produce (default [`MAX_TEMPLATE_OUTPUT_BYTES`]);
+    /// a longer prompt is a [`ChatError::OutputTooLarge`].
+    pub fn set_max_output_bytes(&mut self, limit: usize) {
+        self.max_output = limit;
     }
 
     /// The GGUF's `tokenizer.chat_template` (and its named `tokenizer.chat_template.*`
@@ -504,9 +548,24 @@ impl ChatTemplate {
         } else {
             format!("{}, template {name:?}", self.origin)
         };
-        template
-            .render(Value::from(ctx))
-            .map_err(|e| template_error(&e, &origin, template.source()))
+        let mut out = Capped {
+            buf: Vec::new(),
+            limit: self.max_output,
+            over: false,
+        };
+        match template.render_captured_to(Value::from(ctx), &mut out) {
+            Ok(_) => {}
+            Err(_) if out.over => {
+                return Err(ChatError::OutputTooLarge {
+                    origin,
+                    limit: self.max_output,
+                });
+            }
+            Err(e) => return Err(template_error(&e, &origin, template.source())),
+        }
+        // minijinja writes whole `str` pieces: the bytes are UTF-8.
+        Ok(String::from_utf8(out.buf)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
     }
 
     /// The ids of a rendered prompt, as llama.cpp's chat path makes them: a leading BOS
@@ -662,6 +721,51 @@ mod tests {
             Some("{{ raise_exception('System role required') }}")
         );
         assert!(err.to_string().contains("line 3"), "{err}");
+    }
+
+    #[test]
+    fn a_render_over_the_output_limit_is_an_error_naming_it() {
+        let src = "{% for i in range(100000) %}{{ messages[0].content }}{% endfor %}";
+        let special = SpecialTokens::default();
+        let mut t = ChatTemplate::new(src, "test", special).unwrap();
+        let mut c = Conversation::new();
+        c.push("user", &"x".repeat(1000));
+        // 100 MB of output in ~300k steps (under the step limit): stopped at the default.
+        let err = t.render(&c, &RenderOptions::default()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ChatError::OutputTooLarge {
+                    limit: MAX_TEMPLATE_OUTPUT_BYTES,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("MAX_TEMPLATE_OUTPUT_BYTES"),
+            "{err}"
+        );
+        // A lower limit, and a render that fits it exactly.
+        t.set_max_output_bytes(2500);
+        assert!(matches!(
+            t.render(&c, &RenderOptions::default()),
+            Err(ChatError::OutputTooLarge { limit: 2500, .. })
+        ));
+        let small = ChatTemplate::new(
+            "{% for i in range(2) %}{{ messages[0].content }}{% endfor %}",
+            "test",
+            SpecialTokens::default(),
+        )
+        .map(|mut t| {
+            t.set_max_output_bytes(2000);
+            t
+        })
+        .unwrap();
+        assert_eq!(
+            small.render(&c, &RenderOptions::default()).unwrap().len(),
+            2000
+        );
     }
 
     #[test]

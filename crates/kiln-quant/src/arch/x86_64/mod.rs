@@ -3,7 +3,7 @@
 
 mod avx2;
 
-use avx2::{dequant, dot_k, float, legacy};
+use avx2::{dequant, dot_k, dot_k2, float, legacy, legacy2};
 
 use crate::isa::Isa;
 use crate::kernels::{ActFn, DequantFn, Dot4Fn, DotFn, DotRowsFn, Imp, Kernels, WeightKernels};
@@ -33,6 +33,11 @@ const fn w(dequant: DequantFn, dot: DotFn, dotr4: DotRowsFn, dot4: Dot4Fn) -> We
             f: dot4,
         },
     }
+}
+
+/// An AVX2 kernel.
+const fn a<F>(f: F) -> Imp<F> {
+    Imp { isa: Isa::Avx2, f }
 }
 
 /// A kernel reused from the scalar table (the coverage table says so).
@@ -120,5 +125,47 @@ pub(crate) static AVX2: Kernels = Kernels {
             dot_k::dotr4_q6_k,
             dot_k::dot4_q6_k,
         ),
+        // Dequantization: the scalar kernel (not on a hot path for this type).
+        WeightKernels {
+            dequant: s(scalar::dequant::dequant_q5_1),
+            dot: a(legacy2::dot_q5_1),
+            dotr4: a(legacy2::dotr4_q5_1),
+            dot4: a(legacy2::dot4_q5_1),
+        },
+        // Dequantization: the scalar kernel (not on a hot path for this type).
+        WeightKernels {
+            dequant: s(scalar::dequant::dequant_q2_k),
+            dot: a(dot_k2::dot_q2_k),
+            dotr4: a(dot_k2::dotr4_q2_k),
+            dot4: a(dot_k2::dot4_q2_k),
+        },
+        // Dequantization: the scalar kernel (not on a hot path for this type).
+        WeightKernels {
+            dequant: s(scalar::dequant::dequant_q3_k),
+            dot: a(dot_k2::dot_q3_k),
+            dotr4: a(dot_k2::dotr4_q3_k),
+            dot4: a(dot_k2::dot4_q3_k),
+        },
+        // Dequantization: the scalar kernel (not on a hot path for this type).
+        WeightKernels {
+            dequant: s(scalar::dequant::dequant_q5_k),
+            dot: a(dot_k2::dot_q5_k),
+            dotr4: a(dot_k2::dotr4_q5_k),
+            dot4: a(dot_k2::dot4_q5_k),
+        },
+        // Dequantization: the scalar kernel (not on a hot path for this type).
+        WeightKernels {
+            dequant: s(scalar::dequant::dequant_iq4_nl),
+            dot: a(legacy2::dot_iq4_nl),
+            dotr4: a(legacy2::dotr4_iq4_nl),
+            dot4: a(legacy2::dot4_iq4_nl),
+        },
+        // Dequantization: the scalar kernel (not on a hot path for this type).
+        WeightKernels {
+            dequant: s(scalar::dequant::dequant_iq4_xs),
+            dot: a(dot_k2::dot_iq4_xs),
+            dotr4: a(dot_k2::dotr4_iq4_xs),
+            dot4: a(dot_k2::dot4_iq4_xs),
+        },
     ],
 };

@@ -125,6 +125,7 @@ macro_rules! dot4_by_dot {
         }
     };
 }
+pub(crate) use dot4_by_dot;
 dot4_by_dot!(dot4_f32, dot_f32);
 dot4_by_dot!(dot4_f16, dot_f16);
 dot4_by_dot!(dot4_bf16, dot_bf16);

@@ -1,0 +1,65 @@
+//! Request parsing without a model or an engine, for the `server_request` fuzz target
+//! (`crates/kiln-fuzz`, `fuzz/`). Not part of the API: hidden from the docs, may change.
+//!
+//! [`parse_request`] runs exactly what a handler runs between reading the body and
+//! submitting to the engine: the body-size limit, JSON parsing, field validation, the chat
+//! template, tokenization, `n`, the prompt-token and context checks.
+
+use kiln_engine::Request;
+use kiln_tokenizer::Tokenizer;
+use kiln_tokenizer::chat::ChatTemplate;
+
+pub use crate::error::ApiError;
+use crate::handlers::{parse_json, prepare_chat, prepare_completion};
+use crate::state::ServerConfig;
+use crate::wire::{ChatRequest, CompletionRequest};
+
+/// Which endpoint the body is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    Completions,
+    Chat,
+}
+
+/// What a valid body becomes: the engine requests (every choice of every prompt) and
+/// whether the answer streams.
+#[derive(Debug)]
+pub struct Parsed {
+    pub requests: Vec<Request>,
+    pub stream: bool,
+}
+
+/// Parses and validates `body` as the endpoint would for a model with `tokenizer`,
+/// `template` and a context of `n_ctx` tokens.
+pub fn parse_request(
+    endpoint: Endpoint,
+    body: &[u8],
+    tokenizer: &Tokenizer,
+    template: Option<&ChatTemplate>,
+    n_ctx: usize,
+    limits: &ServerConfig,
+) -> Result<Parsed, ApiError> {
+    if body.len() > limits.max_body_bytes {
+        return Err(ApiError::too_large(limits.max_body_bytes));
+    }
+    let (p, prompts, param) = match endpoint {
+        Endpoint::Completions => {
+            let req: CompletionRequest = parse_json(body)?;
+            let (p, prompts, _) = prepare_completion(req, tokenizer, limits)?;
+            (p, prompts, "prompt")
+        }
+        Endpoint::Chat => {
+            let req: ChatRequest = parse_json(body)?;
+            let (p, prompt, _) = prepare_chat(req, tokenizer, template, limits)?;
+            (p, vec![prompt], "messages")
+        }
+    };
+    let mut requests = Vec::new();
+    for prompt in prompts {
+        requests.extend(crate::params::requests(&p, prompt, n_ctx, limits, param)?);
+    }
+    Ok(Parsed {
+        requests,
+        stream: p.stream,
+    })
+}
