@@ -43,6 +43,10 @@ pub struct ServeArgs {
     /// Per-step token budget (decode rows plus prefill chunks).
     #[arg(long, default_value_t = 512)]
     max_batch_tokens: usize,
+    /// While streams decode, limit each step's prefill so a step takes about this many
+    /// milliseconds (0: no limit, whole `--max-batch-tokens` chunks).
+    #[arg(long, default_value_t = 200.0)]
+    step_target_ms: f64,
     /// KV cache types, K[,V]: f32, f16, q8_0, q4_0, q4_1 or q5_0.
     #[arg(long = "kv-type", default_value = "f16", value_parser = parse_kv_types)]
     kv_type: (KvType, KvType),
@@ -156,6 +160,7 @@ fn load(args: &ServeArgs, threads: usize) -> Result<Backend, CliError> {
     cfg.max_queue = args.max_queue;
     cfg.max_running = args.max_running;
     cfg.max_batch_tokens = args.max_batch_tokens;
+    cfg.step_target_ms = args.step_target_ms;
     cfg.threads = threads;
     cfg.kv.k_type = args.kv_type.0;
     cfg.kv.v_type = args.kv_type.1;

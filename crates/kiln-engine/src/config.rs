@@ -19,12 +19,22 @@ pub struct EngineConfig {
     pub kv: KvOptions,
     /// Threads of the engine's rayon pool.
     pub threads: usize,
+    /// While any sequence is decoding, a step's prefill tokens are limited so the step
+    /// takes about this many milliseconds (the cost per token is measured on recent steps),
+    /// so a long prompt cannot stall running streams for a whole `max_batch_tokens` chunk.
+    /// At least [`MIN_PREFILL_CHUNK`] tokens per step still go to prefill. `0` disables the
+    /// limit (steps use the whole `max_batch_tokens` budget).
+    pub step_target_ms: f64,
     /// Test-only fault injection (see [`FaultPlan`]). `None` (always, outside tests): the
     /// scheduler's only cost is one `Option` check per sampled token. Nothing a client
     /// sends can set it; `kiln serve` never does.
     #[doc(hidden)]
     pub fault: Option<FaultPlan>,
 }
+
+/// Fewest prefill tokens a step takes while prompts wait (see
+/// [`EngineConfig::step_target_ms`]).
+pub const MIN_PREFILL_CHUNK: usize = 16;
 
 /// A deliberate panic inside one request's work, to test that panics never cross a
 /// request's boundary: a request whose prompt contains `prompt_token` panics inside its
@@ -39,8 +49,8 @@ pub struct FaultPlan {
 
 impl EngineConfig {
     /// Defaults for `model`: its training context capped at 4096, 512 tokens per step,
-    /// 64 running sequences, a queue of 256, f16 KV with room for 16 full-context sequences
-    /// (at least 64 Mi), all cores.
+    /// steps of about 200 ms while streams decode, 64 running sequences, a queue of 256,
+    /// f16 KV with room for 16 full-context sequences (at least 64 Mi), all cores.
     pub fn for_model(model: &Model) -> EngineConfig {
         let cfg = model.config();
         let n_ctx = cfg.n_ctx_train.clamp(1, 4096);
@@ -57,6 +67,7 @@ impl EngineConfig {
                 ..kv
             },
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            step_target_ms: 200.0,
             fault: None,
         }
     }

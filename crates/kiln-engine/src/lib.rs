@@ -22,9 +22,9 @@ mod request;
 mod scheduler;
 mod sequence;
 
-pub use config::EngineConfig;
 #[doc(hidden)]
 pub use config::FaultPlan;
+pub use config::{EngineConfig, MIN_PREFILL_CHUNK};
 pub use engine::{Engine, RequestHandle};
 pub use error::EngineError;
 pub use kiln_sample::{Grammar, SamplerConfig, TokenLogprob};

@@ -4,9 +4,10 @@
 //! 1. takes new submissions and cancellations from the inbox (cancelled sequences free
 //!    their KV blocks at once);
 //! 2. plans the batch under `max_batch_tokens`: first the decode token of every running
-//!    sequence (oldest first), then the next chunk of every admitted sequence still in
-//!    prefill, then admits waiting requests (first come, first served) while KV blocks,
-//!    `max_running` and the budget allow, attaching cached prefixes. Blocks for every
+//!    sequence (oldest first); then admits waiting requests (first come, first served)
+//!    while KV blocks and `max_running` allow, attaching cached prefixes; then prefill
+//!    chunks, shortest remaining prompt first, limited while streams decode so the step
+//!    takes about `step_target_ms` (cost per token measured on recent steps). Blocks for every
 //!    planned row are reserved before the pass; when the pool runs dry the youngest
 //!    running sequence is preempted (freed and requeued at the front with its generated
 //!    tokens, to be recomputed);
@@ -26,6 +27,7 @@ use kiln_model::{BatchSeq, ModelError, Session};
 use kiln_sample::Vocab;
 use kiln_tokenizer::Tokenizer;
 
+use crate::config::MIN_PREFILL_CHUNK;
 use crate::engine::{Shared, Submission, lock};
 use crate::sequence::{Outcome, Seq};
 use crate::{EngineError, EngineMetrics, FinishReason, Histogram};
@@ -45,7 +47,14 @@ struct Sched<'t> {
     plan: Vec<(u64, usize)>,
     /// Ended requests whose last event is sent once the metrics count them.
     outbox: Vec<(Seq<'t>, Result<FinishReason, EngineError>)>,
+    /// Measured milliseconds per token of recent steps with a sizeable prefill (an
+    /// exponential average; `None` until the first such step).
+    ms_per_token: Option<f64>,
 }
+
+/// Steps with at least this many tokens update [`Sched::ms_per_token`] (fewer are dominated
+/// by the fixed cost of a step).
+const COST_SAMPLE_MIN_TOKENS: usize = 48;
 
 /// The metrics of an engine that has done nothing yet: the cache's geometry and empty
 /// latency histograms.
@@ -74,6 +83,7 @@ pub(crate) fn run(shared: &Shared, session: Session, tok: &Tokenizer) {
         m,
         plan: Vec::new(),
         outbox: Vec::new(),
+        ms_per_token: None,
     };
     s.publish();
     loop {
@@ -300,14 +310,34 @@ impl<'t> Sched<'t> {
                 budget -= 1;
             }
         }
-        // 2. Prefill chunks of admitted sequences.
-        let prefilling: Vec<(u64, usize)> = self
+        // 2. Admission, first come first served, while KV blocks and `max_running` allow
+        //    (each admitted prompt is then prefilled by the chunks below).
+        while self.running.len() < max_running && !self.waiting.is_empty() {
+            if !self.admit_front() {
+                break;
+            }
+        }
+        // 3. Prefill chunks. While streams decode, the prefill share of the step is limited
+        //    to what fits the step time target, so running streams keep their pace; the
+        //    shortest remaining prompts go first, so a short request is not queued behind
+        //    the chunks of a long one.
+        let decoding_rows = self.plan.len();
+        if decoding_rows > 0 && cfg.step_target_ms > 0.0 {
+            if let Some(ms) = self.ms_per_token {
+                let fits = (cfg.step_target_ms / ms) as usize;
+                let prefill = fits.saturating_sub(decoding_rows).max(MIN_PREFILL_CHUNK);
+                budget = budget.min(prefill);
+            }
+        }
+        let mut prefilling: Vec<(usize, usize, u64)> = self
             .running
             .iter()
-            .filter(|q| !(q.remaining() == 1 && q.generated > 0))
-            .map(|q| (q.id, q.remaining()))
+            .enumerate()
+            .filter(|(_, q)| !(q.remaining() == 1 && q.generated > 0))
+            .map(|(i, q)| (q.remaining(), i, q.id))
             .collect();
-        for (id, rem) in prefilling {
+        prefilling.sort_unstable();
+        for (rem, _, id) in prefilling {
             if budget == 0 {
                 break;
             }
@@ -317,21 +347,25 @@ impl<'t> Sched<'t> {
                 budget -= n;
             }
         }
-        // 3. Admission, first come first served.
-        while budget > 0 && self.running.len() < max_running && !self.waiting.is_empty() {
-            if !self.admit_front(&mut budget) {
-                break;
-            }
-        }
         if self.plan.is_empty() {
             return;
         }
+        let tokens: usize = self.plan.iter().map(|&(_, n)| n).sum();
+        let started = Instant::now();
         self.run_plan();
+        if tokens >= COST_SAMPLE_MIN_TOKENS {
+            let ms = started.elapsed().as_secs_f64() * 1e3 / tokens as f64;
+            self.ms_per_token = Some(match self.ms_per_token {
+                Some(old) => 0.7 * old + 0.3 * ms,
+                None => ms,
+            });
+        }
     }
 
-    /// Admits the first waiting request if the pool can hold its whole remaining prompt
-    /// (plus one block of headroom per running sequence), and plans its first chunk.
-    fn admit_front(&mut self, budget: &mut usize) -> bool {
+    /// Admits the first waiting request if the pool can hold its whole remaining prompt on
+    /// top of the prompts already admitted but not yet prefilled (plus one block of
+    /// headroom per running sequence). Its chunks are planned by the caller.
+    fn admit_front(&mut self) -> bool {
         let Some(front) = self.waiting.front() else {
             return false;
         };
@@ -340,7 +374,13 @@ impl<'t> Sched<'t> {
         let cached = self.session.kv().lookup_prefix(&front.tokens, max_prefix);
         let need = kvc.blocks_for_tokens(front.tokens.len()) - kvc.blocks_for_tokens(cached);
         let headroom = self.running.len();
-        if !self.running.is_empty() && need + headroom > self.available_blocks() {
+        let pending: usize = self
+            .running
+            .iter()
+            .filter(|q| !(q.remaining() == 1 && q.generated > 0))
+            .map(|q| kvc.blocks_for_tokens(q.remaining()))
+            .sum();
+        if !self.running.is_empty() && need + headroom + pending > self.available_blocks() {
             return false;
         }
         let Some(mut q) = self.waiting.pop_front() else {
@@ -363,16 +403,8 @@ impl<'t> Sched<'t> {
                 .observe(now.duration_since(q.submitted).as_secs_f64());
         }
         self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
-        let id = q.id;
-        let n = q.remaining().min(*budget);
         self.running.push(q);
-        if self.reserve(id, n) {
-            self.plan.push((id, n));
-            *budget -= n;
-            true
-        } else {
-            false
-        }
+        true
     }
 
     /// Runs the planned rows through the model and handles their logits.

@@ -26,6 +26,7 @@ pub struct Params {
     pub include_usage: bool,
     /// `None`: as much as the context leaves.
     pub max_tokens: Option<usize>,
+    pub ignore_eos: bool,
 }
 
 /// Reads the shared fields. `max_tokens` is the endpoint's (completions: `max_tokens`,
@@ -163,6 +164,7 @@ pub fn parse(
         stream,
         include_usage,
         max_tokens,
+        ignore_eos: c.ignore_eos.unwrap_or(false),
     })
 }
 
@@ -240,7 +242,7 @@ pub fn requests(
             stop: p.stop.clone(),
             grammar: p.grammar.clone(),
             logprobs: p.logprobs,
-            ignore_eos: false,
+            ignore_eos: p.ignore_eos,
         })
         .collect())
 }
@@ -285,6 +287,22 @@ mod tests {
         assert!(r.iter().all(|r| r.max_tokens == 4 && r.stop == ["a", "b"]));
         assert_eq!(r[0].sampling.temperature, 0.5);
         assert_eq!(r[0].sampling.top_k, 0);
+        assert!(r.iter().all(|r| !r.ignore_eos));
+    }
+
+    #[test]
+    fn ignore_eos_reaches_every_choice() {
+        let p = parse(
+            &common(r#"{"n":2,"ignore_eos":true}"#),
+            Some(8),
+            None,
+            100,
+            &ServerConfig::default(),
+        )
+        .unwrap();
+        let r = requests(&p, vec![1, 2], 64, &ServerConfig::default(), "prompt").unwrap();
+        assert_eq!(r.len(), 2);
+        assert!(r.iter().all(|r| r.ignore_eos && r.max_tokens == 8));
     }
 
     #[test]

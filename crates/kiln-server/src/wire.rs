@@ -90,6 +90,10 @@ pub struct Common {
     pub response_format: Option<ResponseFormat>,
     #[serde(default)]
     pub logit_bias: Option<HashMap<String, f32>>,
+    /// Keep generating past end-of-generation tokens until `max_tokens` (the extension
+    /// vLLM and llama.cpp's server accept; benchmarks use it for fixed-length outputs).
+    #[serde(default)]
+    pub ignore_eos: Option<bool>,
 }
 
 /// `POST /v1/completions`.
