@@ -322,12 +322,13 @@ impl<'t> Sched<'t> {
         //    shortest remaining prompts go first, so a short request is not queued behind
         //    the chunks of a long one.
         let decoding_rows = self.plan.len();
-        if decoding_rows > 0 && cfg.step_target_ms > 0.0 {
-            if let Some(ms) = self.ms_per_token {
-                let fits = (cfg.step_target_ms / ms) as usize;
-                let prefill = fits.saturating_sub(decoding_rows).max(MIN_PREFILL_CHUNK);
-                budget = budget.min(prefill);
-            }
+        if decoding_rows > 0
+            && cfg.step_target_ms > 0.0
+            && let Some(ms) = self.ms_per_token
+        {
+            let fits = (cfg.step_target_ms / ms) as usize;
+            let prefill = fits.saturating_sub(decoding_rows).max(MIN_PREFILL_CHUNK);
+            budget = budget.min(prefill);
         }
         let mut prefilling: Vec<(usize, usize, u64)> = self
             .running
