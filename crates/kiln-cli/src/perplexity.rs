@@ -89,7 +89,8 @@ struct KlJson<'a> {
     chunks: usize,
     n_ctx: usize,
     threads: usize,
-    seconds: f64,
+    /// `seconds` comes from the flattened run (a second field of that name would make the
+    /// JSON object invalid for strict readers).
     #[serde(flatten)]
     run: &'a KlRun,
 }
@@ -212,7 +213,6 @@ pub fn run(args: PerplexityArgs) -> Result<(), CliError> {
                 chunks: run.plan.n_chunks,
                 n_ctx,
                 threads,
-                seconds: run.seconds,
                 run: &run,
             };
             serde_json::to_writer(&mut out, &obj).map_err(std::io::Error::other)?;
