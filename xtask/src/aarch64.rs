@@ -109,29 +109,17 @@ fn test_under_qemu(cargo: &str) -> Result<(), XtaskError> {
             if dotprod { "yes" } else { "no" },
             TESTS.join(" ")
         );
-        let started = std::time::Instant::now();
-        let status = Command::new(cargo)
-            .args(["test", "--profile", "ci", "--package", "kiln-quant"])
-            .args(["--target", TARGET])
-            .args(TESTS)
-            .env(var("LINKER"), LINKER)
-            .env(var("RUNNER"), &runner)
-            .env("KILN_EXPECT_DOTPROD", if dotprod { "1" } else { "0" })
-            .status()
-            .map_err(|e| XtaskError::StepFailed {
-                step: "test-aarch64",
-                detail: format!("cannot run cargo: {e}"),
-            })?;
-        if !status.success() {
-            return Err(XtaskError::StepFailed {
-                step: "test-aarch64",
-                detail: format!("tests under qemu -cpu {cpu} exited with {status}"),
-            });
-        }
-        eprintln!(
-            "xtask: test-aarch64 on qemu -cpu {cpu} passed in {:.0} s",
-            started.elapsed().as_secs_f64()
-        );
+        crate::ci::run_step(
+            "test-aarch64",
+            &format!("test-aarch64 on qemu -cpu {cpu}"),
+            Command::new(cargo)
+                .args(["test", "--profile", "ci", "--package", "kiln-quant"])
+                .args(["--target", TARGET])
+                .args(TESTS)
+                .env(var("LINKER"), LINKER)
+                .env(var("RUNNER"), &runner)
+                .env("KILN_EXPECT_DOTPROD", if dotprod { "1" } else { "0" }),
+        )?;
     }
     Ok(())
 }

@@ -89,27 +89,33 @@ pub fn run(args: &[String]) -> Result<(), XtaskError> {
             continue;
         }
         eprintln!("xtask ci: {} (cargo {})", step.name, step.args.join(" "));
-        let started = std::time::Instant::now();
-        let status =
-            Command::new(&cargo)
-                .args(step.args)
-                .status()
-                .map_err(|e| XtaskError::StepFailed {
-                    step: step.name,
-                    detail: format!("cannot run cargo: {e}"),
-                })?;
-        if !status.success() {
-            return Err(XtaskError::StepFailed {
-                step: step.name,
-                detail: format!("exited with {status}"),
-            });
-        }
-        eprintln!(
-            "xtask ci: {} passed in {:.0} s",
-            step.name,
-            started.elapsed().as_secs_f64()
-        );
+        run_step(step.name, step.name, Command::new(&cargo).args(step.args))?;
     }
+    Ok(())
+}
+
+/// Runs one gate command and times it: a command that cannot start or exits non-zero
+/// becomes `StepFailed { step }`; success prints "xtask ci: WHAT passed in N s".
+pub(crate) fn run_step(
+    step: &'static str,
+    what: &str,
+    cmd: &mut Command,
+) -> Result<(), XtaskError> {
+    let started = std::time::Instant::now();
+    let status = cmd.status().map_err(|e| XtaskError::StepFailed {
+        step,
+        detail: format!("cannot run {}: {e}", cmd.get_program().to_string_lossy()),
+    })?;
+    if !status.success() {
+        return Err(XtaskError::StepFailed {
+            step,
+            detail: format!("{what} exited with {status}"),
+        });
+    }
+    eprintln!(
+        "xtask ci: {what} passed in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 
@@ -140,23 +146,9 @@ fn neon_check(cargo: &str) -> Result<(), XtaskError> {
         return Ok(());
     }
     eprintln!("xtask ci: neon (cargo check --target {AARCH64} -p kiln-quant)");
-    let started = std::time::Instant::now();
-    let status = Command::new(cargo)
-        .args(["check", "--target", AARCH64, "--package", "kiln-quant"])
-        .status()
-        .map_err(|e| XtaskError::StepFailed {
-            step: "neon",
-            detail: format!("cannot run cargo: {e}"),
-        })?;
-    if !status.success() {
-        return Err(XtaskError::StepFailed {
-            step: "neon",
-            detail: format!("exited with {status}"),
-        });
-    }
-    eprintln!(
-        "xtask ci: neon passed in {:.0} s",
-        started.elapsed().as_secs_f64()
-    );
-    Ok(())
+    run_step(
+        "neon",
+        "neon",
+        Command::new(cargo).args(["check", "--target", AARCH64, "--package", "kiln-quant"]),
+    )
 }

@@ -31,7 +31,7 @@ pub use config::{Activation, ModelConfig, NormKind, RopeStyle, SUPPORTED_ROPE_SC
 pub use error::ModelError;
 pub use hf::HF_MODEL_TYPES;
 pub use kiln_kv::{KvCache, KvError, KvStats, KvType, SeqId};
+pub use kiln_quant::quantize_types;
 pub use kv::{KvOptions, MemoryPlan};
 pub use model::{BatchSeq, Logits, Model, Session};
-pub use quantize::quantize_types;
 pub use weights::{LoadOptions, SourceKind};

@@ -178,10 +178,10 @@ impl Model {
 
 fn check_options(options: &LoadOptions) -> Result<(), ModelError> {
     match options.quantize {
-        Some(t) if !crate::quantize::quantize_types().contains(&t) => {
+        Some(t) if !kiln_quant::quantize_types().contains(&t) => {
             Err(ModelError::UnsupportedQuantization {
                 requested: t.name().to_string(),
-                supported: crate::quantize::quantize_types()
+                supported: kiln_quant::quantize_types()
                     .iter()
                     .map(|t| t.name())
                     .collect(),

@@ -10,11 +10,6 @@ use rayon::prelude::*;
 
 use crate::ModelError;
 
-/// The types `--quantize` accepts (kiln-quant's quantizers).
-pub fn quantize_types() -> Vec<GgmlType> {
-    kiln_quant::quantize_types()
-}
-
 /// The type a row of `cols` elements is quantized to when `target` is asked for: `target`
 /// itself if the row is a whole number of its blocks, else llama-quantize's fallback for
 /// it (`tensor_type_fallback`: IQ4_XS → IQ4_NL, Q2_K/Q3_K → Q4_0, Q4_K → Q5_0,
