@@ -297,6 +297,16 @@ enum Action {
     ZeroMaxTokens,
 }
 
+/// The first requests of every mixed client: one over each limit.
+const COVER: [Action; 6] = [
+    Action::Malformed(0),
+    Action::BodyTooLarge,
+    Action::PromptTooLong,
+    Action::OverContext,
+    Action::TooManyChoices,
+    Action::ZeroMaxTokens,
+];
+
 fn pick(rng: &mut Rng, streams_only: bool) -> Action {
     let chat = rng.below(2) == 1;
     if streams_only {
@@ -492,7 +502,12 @@ impl Client<'_> {
     }
 
     fn one(&mut self) {
-        let a = pick(&mut self.rng, self.streams_only);
+        // A mixed client opens with one request over each limit, so every refusal kind is
+        // exercised however short the run; then the random mix.
+        let a = match usize::try_from(self.t.sent).ok().and_then(|i| COVER.get(i)) {
+            Some(&a) if !self.streams_only => a,
+            _ => pick(&mut self.rng, self.streams_only),
+        };
         let (chat, body) = self.body(a);
         self.t.sent += 1;
         let stream = matches!(
