@@ -13,7 +13,10 @@
 //! moment the request is sent (client admission — waiting for a free client thread — is
 //! reported separately), ITL is the gap between consecutive chunks. `/metrics` is sampled
 //! during the convoy for KV use and fragmentation, and its queue-time histogram gives the
-//! server's own queueing.
+//! server's own queueing; its step-duration histogram gives how many steps of each phase
+//! took over 500 ms, which tells a slow step from a stall elsewhere. Also counted: short
+//! streams with a token that sent no text (the first byte of a multi-byte character), whose
+//! client sees a gap of two steps there.
 //!
 //! Criteria (the seed's): short p99 TTFT in the convoy at most 50% above the baseline;
 //! head-of-line blocking (the longest stall of any running short stream, i.e. its largest
@@ -236,10 +239,11 @@ fn drive(
             o.error = Some(data.to_string());
             continue;
         }
-        let has_text = v["choices"][0]["text"]
-            .as_str()
-            .is_some_and(|t| !t.is_empty());
-        if !has_text {
+        // One chunk per generated token (its text may be empty while a multi-byte character
+        // is incomplete); the closing chunk carries `finish_reason` and no token.
+        let choice = &v["choices"][0];
+        let is_token = choice["text"].is_string() && choice["finish_reason"].is_null();
+        if !is_token {
             continue;
         }
         let now = Instant::now();
@@ -371,6 +375,13 @@ struct PhaseReport {
     kv_fragmentation_max: f64,
     /// Server-side queue time (from /metrics) over the phase: mean ms.
     server_queue_ms_mean: Option<f64>,
+    /// Server steps in the phase and how many took over 500 ms (from the server's
+    /// `kiln_engine_step_seconds` histogram): tells a slow step from a stall elsewhere.
+    server_steps: Option<(f64, f64)>,
+    /// Short streams whose text came in fewer chunks than tokens (a token completing no
+    /// character, e.g. the first byte of a multi-byte one, sends no text: the client then
+    /// sees a gap of two steps).
+    short_streams_missing_token_chunks: usize,
 }
 
 fn summarize(
@@ -378,6 +389,7 @@ fn summarize(
     samples: &[(f64, f64, f64)],
     wall: f64,
     queue: Option<f64>,
+    steps: Option<(f64, f64)>,
 ) -> PhaseReport {
     let short: Vec<&Observed> = obs
         .iter()
@@ -421,6 +433,8 @@ fn summarize(
         },
         kv_fragmentation_max: frag.iter().copied().fold(0.0, f64::max),
         server_queue_ms_mean: queue,
+        server_steps: steps,
+        short_streams_missing_token_chunks: short.iter().filter(|o| o.chunks < SHORT_OUT).count(),
     }
 }
 
@@ -431,6 +445,20 @@ fn queue_hist(base: &str) -> Option<(f64, f64)> {
         metric(&m, "kiln_queue_time_seconds_sum")?,
         metric(&m, "kiln_queue_time_seconds_count")?,
     ))
+}
+
+/// `(steps, steps over 500 ms)` so far, from the server's step-duration histogram.
+fn steps_hist(base: &str) -> Option<(f64, f64)> {
+    let (_, m) = get_text(base, "/metrics")?;
+    let count = metric(&m, "kiln_engine_step_seconds_count")?;
+    let fast = metric(&m, "kiln_engine_step_seconds_bucket{le=\"0.5\"}")?;
+    Some((count, count - fast))
+}
+
+/// Steps and slow steps between two [`steps_hist`] readings.
+fn steps_delta(before: Option<(f64, f64)>, after: Option<(f64, f64)>) -> Option<(f64, f64)> {
+    let ((c0, s0), (c1, s1)) = (before?, after?);
+    Some((c1 - c0, s1 - s0))
 }
 
 fn queue_mean(before: Option<(f64, f64)>, after: Option<(f64, f64)>) -> Option<f64> {
@@ -536,15 +564,27 @@ pub fn run(args: &[String]) -> Result<(), XtaskError> {
     let _ = phase(&base, &prompts(&ids, bos, 2, SHORT_IN, 123), &[], 2, &bias);
 
     eprintln!("xtask bench convoy: baseline (shorts alone)");
-    let q0 = queue_hist(&base);
+    let (q0, s0) = (queue_hist(&base), steps_hist(&base));
     let (b_obs, b_samples, b_wall) = phase(&base, &shorts, &[], a.clients, &bias);
-    let q1 = queue_hist(&base);
-    let baseline = summarize(&b_obs, &b_samples, b_wall, queue_mean(q0, q1));
+    let (q1, s1) = (queue_hist(&base), steps_hist(&base));
+    let baseline = summarize(
+        &b_obs,
+        &b_samples,
+        b_wall,
+        queue_mean(q0, q1),
+        steps_delta(s0, s1),
+    );
 
     eprintln!("xtask bench convoy: convoy (shorts + longs)");
     let (c_obs, c_samples, c_wall) = phase(&base, &shorts_convoy, &longs, a.clients, &bias);
-    let q2 = queue_hist(&base);
-    let convoy = summarize(&c_obs, &c_samples, c_wall, queue_mean(q1, q2));
+    let (q2, s2) = (queue_hist(&base), steps_hist(&base));
+    let convoy = summarize(
+        &c_obs,
+        &c_samples,
+        c_wall,
+        queue_mean(q1, q2),
+        steps_delta(s1, s2),
+    );
     std::thread::sleep(Duration::from_millis(300));
     let kv_after = get_text(&base, "/metrics").and_then(|(_, m)| metric(&m, "kiln_kv_blocks_used"));
     // Graceful shutdown (SIGTERM), as an operator would.
@@ -688,6 +728,9 @@ fn markdown(r: &ConvoyReport) -> String {
             format!("{:.1}", p.tokens_per_s),
             format!("{:.3}", p.kv_fragmentation_mean),
             format!("{:.0}", p.kv_blocks_used_max),
+            p.server_steps
+                .map_or("–".into(), |(n, slow)| format!("{slow:.0} / {n:.0}")),
+            p.short_streams_missing_token_chunks.to_string(),
             p.errors.to_string(),
         ]
     };
@@ -705,6 +748,8 @@ fn markdown(r: &ConvoyReport) -> String {
             "tokens/s",
             "KV frag mean",
             "KV blocks max",
+            "server steps > 500 ms",
+            "short streams with fewer token chunks than tokens",
             "errors",
         ],
         &[row("baseline", &r.baseline), row("convoy", &r.convoy)],

@@ -46,7 +46,8 @@ commands:
   bench perf [--models A,B] [--threads 1,2] [--reps N] [-p N] [-n N] [--llama-bench PATH]
              [--no-latency]    pp/tg tokens/s table (mean ± sd) and streaming latency
   bench kl [--model M] [--chunks N] [--types T,..] [--kv T,..] [--threads N] [--text FILE]
-                               quality: KL divergence per weight type and KV type vs f32
+           [--keep-files]      quality: KL divergence per weight type and KV type vs f32,
+                               thresholds = llama.cpp's figures on the same files × margin
   bench convoy [--model M] [--scale F] [--shorts N] [--longs N] [--clients N] [--threads N]
              [--kv-memory SIZE] serving: short requests alone vs mixed with long ones
                                through `kiln serve` (TTFT/ITL p50/p99, HOL, KV fragmentation)

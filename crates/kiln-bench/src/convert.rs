@@ -218,3 +218,79 @@ pub fn dequantize_model(src: &GgufFile, to: GgmlType, out: &Path) -> Result<u64,
     }
     Ok(w.write_file(out)?)
 }
+
+/// The architectures [`convert_hf_dir`] writes (after `config.json`'s `model_type` is
+/// mapped as the loader maps it: `mistral` → `llama`, `gemma3_text` → `gemma3`).
+pub const HF_CONVERT_ARCHS: &[&str] = &["llama", "qwen2", "gemma3"];
+
+/// What [`convert_hf_dir`] wrote.
+#[derive(Clone, Debug)]
+pub struct HfConversion {
+    pub plan: Vec<TensorPlan>,
+    pub bytes: u64,
+    /// Whether the directory had a `tokenizer.json` (the file then carries the
+    /// `tokenizer.ggml.*` keys; without them Kiln loads the file, llama.cpp does not).
+    pub tokenizer: bool,
+}
+
+/// Writes the Hugging Face checkpoint in `dir` (config.json, safetensors, tokenizer.json)
+/// as a GGUF file at `out` with every weight matrix converted to `to`, as
+/// `convert_hf_to_gguf.py` followed by `llama-quantize` would: the GGUF metadata and tensor
+/// layout of [`kiln_model::convert::hf_to_gguf`] (llama Q/K rows permuted, Gemma norms
+/// stored as `1 + w`), the vocabulary of [`kiln_tokenizer::gguf_metadata_from_hf_dir`]
+/// (padded to the embedding's rows), `general.name` from the directory's name, then the
+/// plan of [`convert_model`]. Only [`HF_CONVERT_ARCHS`] are written; others are refused
+/// before any tensor is read.
+pub fn convert_hf_dir(dir: &Path, to: GgmlType, out: &Path) -> Result<HfConversion, BenchError> {
+    if let Some(model_type) = model_type(dir) {
+        let arch = kiln_model::HF_MODEL_TYPES
+            .iter()
+            .find(|(t, _)| *t == model_type)
+            .map_or(model_type.as_str(), |(_, a)| *a);
+        if !HF_CONVERT_ARCHS.contains(&arch) {
+            return Err(BenchError::UnsupportedHfArchitecture {
+                dir: dir.to_path_buf(),
+                arch: arch.to_string(),
+                model_type,
+                supported: HF_CONVERT_ARCHS.join(", "),
+            });
+        }
+    }
+    let mut w = kiln_model::convert::hf_to_gguf(dir)?;
+    let arch = w.metadata().str("general.architecture")?.to_string();
+    let n_vocab = w.metadata().opt_u64(&format!("{arch}.vocab_size"))?;
+    if let Some(name) = dir
+        .canonicalize()
+        .ok()
+        .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+    {
+        w.add_metadata("general.name", name)?;
+    }
+    w.add_metadata("general.quantization_version", 2u32)?;
+    let tokenizer = dir.join("tokenizer.json").is_file();
+    if tokenizer {
+        let md = kiln_tokenizer::gguf_metadata_from_hf_dir(dir, n_vocab.map(|n| n as usize))?;
+        for (k, v) in md.iter() {
+            w.add_metadata(k, v.clone())?;
+        }
+    }
+    let src = GgufFile::from_bytes(w.to_bytes()?)?;
+    drop(w);
+    let (plan, bytes) = convert_model(&src, to, out)?;
+    Ok(HfConversion {
+        plan,
+        bytes,
+        tokenizer,
+    })
+}
+
+/// `config.json`'s `model_type`, when it can be read (else the loader reports why not).
+fn model_type(dir: &Path) -> Option<String> {
+    let path = dir.join("config.json");
+    if std::fs::metadata(&path).ok()?.len() > 4 << 20 {
+        return None;
+    }
+    let text = std::fs::read_to_string(&path).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v.get("model_type")?.as_str().map(str::to_string)
+}

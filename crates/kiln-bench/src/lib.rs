@@ -77,6 +77,18 @@ pub enum BenchError {
         "cannot convert a model to {type_name}: supported targets are F32, F16, Q8_0, Q4_0, Q4_K"
     )]
     UnsupportedTarget { type_name: &'static str },
+    #[error(
+        "{}: Hugging Face model_type '{model_type}' (architecture {arch}) cannot be written to \
+         GGUF yet; supported: {supported}", dir.display()
+    )]
+    UnsupportedHfArchitecture {
+        dir: PathBuf,
+        model_type: String,
+        arch: String,
+        supported: String,
+    },
+    #[error(transparent)]
+    Tokenizer(#[from] kiln_tokenizer::TokenizerError),
     #[error("plot {}: {detail}", path.display())]
     Plot { path: PathBuf, detail: String },
 }

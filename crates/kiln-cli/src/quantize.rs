@@ -1,6 +1,7 @@
 //! `kiln quantize INPUT OUTPUT --type T`: writes a GGUF with every weight matrix converted
 //! to `T` (any of `kiln_quant::quantize_types()` with ggml's quantizers, or F32/F16/BF16),
-//! keeping the metadata and the tokenizer (see `kiln_bench::convert`).
+//! keeping the metadata and the tokenizer (see `kiln_bench::convert`); from a GGUF file or
+//! a Hugging Face safetensors directory (`kiln_bench::convert::convert_hf_dir`).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -12,7 +13,10 @@ use crate::error::CliError;
 
 #[derive(Args, Debug)]
 pub struct QuantizeArgs {
-    /// The source GGUF file (any weight types Kiln reads), or a known model name.
+    /// The source: a GGUF file (any weight types Kiln reads), a known model name, or a
+    /// Hugging Face directory (config.json, *.safetensors, tokenizer.json) of a llama,
+    /// mistral, qwen2 or gemma3 model, converted as llama.cpp's convert_hf_to_gguf.py does
+    /// (tensor names, metadata, llama Q/K permutation, Gemma's 1 + w norms, the vocabulary).
     input: String,
     /// The GGUF file to write.
     output: PathBuf,
@@ -43,16 +47,21 @@ fn parse_type(s: &str) -> Result<GgmlType, String> {
 
 pub fn run(args: QuantizeArgs) -> Result<(), CliError> {
     let input = kiln_hub::resolve(&args.input)?;
-    if input.is_dir() {
-        return Err(CliError::Usage(format!(
-            "{}: kiln quantize reads GGUF files; a Hugging Face directory can be run directly \
-             (`--model DIR --quantize TYPE`) but not yet written out",
-            input.display()
-        )));
-    }
     let started = Instant::now();
-    let src = GgufFile::open(&input)?;
-    let (plan, bytes) = kiln_bench::convert::convert_model(&src, args.ty, &args.output)?;
+    let (plan, bytes) = if input.is_dir() {
+        let done = kiln_bench::convert::convert_hf_dir(&input, args.ty, &args.output)?;
+        if !done.tokenizer {
+            eprintln!(
+                "warning: {} has no tokenizer.json: the GGUF has no tokenizer (Kiln runs it \
+                 from token ids; llama.cpp does not load it)",
+                input.display()
+            );
+        }
+        (done.plan, done.bytes)
+    } else {
+        let src = GgufFile::open(&input)?;
+        kiln_bench::convert::convert_model(&src, args.ty, &args.output)?
+    };
     let mut counts: Vec<(GgmlType, usize)> = Vec::new();
     for t in &plan {
         if args.verbose {

@@ -43,8 +43,9 @@ pub struct ServeArgs {
     /// Per-step token budget (decode rows plus prefill chunks).
     #[arg(long, default_value_t = 512)]
     max_batch_tokens: usize,
-    /// While streams decode, limit each step's prefill so a step takes about this many
-    /// milliseconds (0: no limit, whole `--max-batch-tokens` chunks).
+    /// While streams decode, limit each step's prefill so a step is predicted to take at
+    /// most this many milliseconds, decode rows included (0: no limit, whole
+    /// `--max-batch-tokens` chunks).
     #[arg(long, default_value_t = 200.0)]
     step_target_ms: f64,
     /// KV cache types, K[,V]: f32, f16, q8_0, q4_0, q4_1 or q5_0.

@@ -19,11 +19,13 @@ pub struct EngineConfig {
     pub kv: KvOptions,
     /// Threads of the engine's rayon pool.
     pub threads: usize,
-    /// While any sequence is decoding, a step's prefill tokens are limited so the step
-    /// takes about this many milliseconds (the cost per token is measured on recent steps),
-    /// so a long prompt cannot stall running streams for a whole `max_batch_tokens` chunk.
-    /// At least [`MIN_PREFILL_CHUNK`] tokens per step still go to prefill. `0` disables the
-    /// limit (steps use the whole `max_batch_tokens` budget).
+    /// While any sequence is decoding, a step's prefill tokens are limited so the step is
+    /// predicted to take at most this many milliseconds, decode rows included (a cost model
+    /// with a context term, fitted on every step: see `docs/engine.md`), so a long prompt
+    /// cannot stall running streams for a whole `max_batch_tokens` chunk. When the decode
+    /// rows alone fill the target, prefill still gets a small chunk (at most
+    /// [`MIN_PREFILL_CHUNK`] tokens and a quarter of the target, at least one token). `0`
+    /// disables the limit (steps use the whole `max_batch_tokens` budget).
     pub step_target_ms: f64,
     /// Test-only fault injection (see [`FaultPlan`]). `None` (always, outside tests): the
     /// scheduler's only cost is one `Option` check per sampled token. Nothing a client
@@ -32,8 +34,8 @@ pub struct EngineConfig {
     pub fault: Option<FaultPlan>,
 }
 
-/// Fewest prefill tokens a step takes while prompts wait (see
-/// [`EngineConfig::step_target_ms`]).
+/// Most tokens of the minimum prefill chunk a step takes while prompts wait, even when the
+/// decode rows alone fill the step target (see [`EngineConfig::step_target_ms`]).
 pub const MIN_PREFILL_CHUNK: usize = 16;
 
 /// A deliberate panic inside one request's work, to test that panics never cross a
@@ -49,7 +51,8 @@ pub struct FaultPlan {
 
 impl EngineConfig {
     /// Defaults for `model`: its training context capped at 4096, 512 tokens per step,
-    /// steps of about 200 ms while streams decode, 64 running sequences, a queue of 256,
+    /// steps of at most about 200 ms while streams decode, 64 running sequences, a queue
+    /// of 256,
     /// f16 KV with room for 16 full-context sequences (at least 64 Mi), all cores.
     pub fn for_model(model: &Model) -> EngineConfig {
         let cfg = model.config();

@@ -15,6 +15,7 @@
 //! **Must never:** parse HTTP or command-line arguments, or know wire formats.
 
 mod config;
+mod cost;
 mod engine;
 mod error;
 mod metrics;

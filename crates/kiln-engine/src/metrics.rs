@@ -33,6 +33,8 @@ pub struct EngineMetrics {
     pub ttft_seconds: Histogram,
     pub itl_seconds: Histogram,
     pub queue_seconds: Histogram,
+    /// Duration of each step (the batched forward pass plus sampling and sending).
+    pub step_seconds: Histogram,
 }
 
 /// A Prometheus-style histogram: `counts[i]` observations `<= bounds[i]` (cumulative),
@@ -61,6 +63,14 @@ impl Histogram {
         Histogram::with_bounds(&[
             0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
             60.0,
+        ])
+    }
+
+    /// Bounds for scheduler steps from 10 ms to 5 s, fine around the 200 ms step target
+    /// and the 500 ms head-of-line limit.
+    pub fn step() -> Histogram {
+        Histogram::with_bounds(&[
+            0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
         ])
     }
 

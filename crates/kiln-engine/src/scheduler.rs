@@ -6,15 +6,23 @@
 //! 2. plans the batch under `max_batch_tokens`: first the decode token of every running
 //!    sequence (oldest first); then admits waiting requests (first come, first served)
 //!    while KV blocks and `max_running` allow, attaching cached prefixes; then prefill
-//!    chunks, shortest remaining prompt first, limited while streams decode so the step
-//!    takes about `step_target_ms` (cost per token measured on recent steps). Blocks for every
-//!    planned row are reserved before the pass; when the pool runs dry the youngest
-//!    running sequence is preempted (freed and requeued at the front with its generated
-//!    tokens, to be recomputed);
+//!    chunks, highest response ratio first (`1 + (time without progress + one step) /
+//!    predicted prefill time`: a fresh short prompt goes before a long one that is
+//!    progressing, and a prompt left without progress gains priority until it goes first,
+//!    so none starves). While streams decode,
+//!    each chunk is the largest that keeps the step's predicted duration, decode rows
+//!    included, within `step_target_ms`; the prediction comes from `StepCost`, a model
+//!    with a per-token and an attention (context) term refitted after every step (see
+//!    `cost.rs`). If the decode rows alone fill the target, the first prompt in line still
+//!    gets a small floor chunk (≤ 16 tokens and ≤ a quarter of the target, ≥ 1 token), so
+//!    prefill always progresses. Blocks for every planned row are reserved before the
+//!    pass; when the pool runs dry the youngest running sequence is preempted (freed and
+//!    requeued at the front with its generated tokens, to be recomputed);
 //! 3. runs the pass (`Session::forward_batch`), catching panics: a failed pass fails only
 //!    that step's requests;
 //! 4. samples, streams and finishes each request whose logits came back, each under its
-//!    own `catch_unwind`.
+//!    own `catch_unwind`; the step's duration teaches the cost model and goes into the
+//!    `step_seconds` histogram.
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -27,7 +35,7 @@ use kiln_model::{BatchSeq, ModelError, Session};
 use kiln_sample::Vocab;
 use kiln_tokenizer::Tokenizer;
 
-use crate::config::MIN_PREFILL_CHUNK;
+use crate::cost::{Candidate, Row, StepCost, Work, prefill_chunks};
 use crate::engine::{Shared, Submission, lock};
 use crate::sequence::{Outcome, Seq};
 use crate::{EngineError, EngineMetrics, FinishReason, Histogram};
@@ -47,14 +55,12 @@ struct Sched<'t> {
     plan: Vec<(u64, usize)>,
     /// Ended requests whose last event is sent once the metrics count them.
     outbox: Vec<(Seq<'t>, Result<FinishReason, EngineError>)>,
-    /// Measured milliseconds per token of recent steps with a sizeable prefill (an
-    /// exponential average; `None` until the first such step).
-    ms_per_token: Option<f64>,
+    /// The model of a step's duration, fitted on every step.
+    cost: StepCost,
 }
 
-/// Steps with at least this many tokens update [`Sched::ms_per_token`] (fewer are dominated
-/// by the fixed cost of a step).
-const COST_SAMPLE_MIN_TOKENS: usize = 48;
+/// The step length the prefill order assumes when there is no step target.
+const DEFAULT_STEP_MS: f64 = 200.0;
 
 /// The metrics of an engine that has done nothing yet: the cache's geometry and empty
 /// latency histograms.
@@ -66,6 +72,7 @@ pub(crate) fn initial_metrics(session: &Session) -> EngineMetrics {
         ttft_seconds: Histogram::latency(),
         itl_seconds: Histogram::latency(),
         queue_seconds: Histogram::latency(),
+        step_seconds: Histogram::step(),
         ..EngineMetrics::default()
     }
 }
@@ -83,7 +90,7 @@ pub(crate) fn run(shared: &Shared, session: Session, tok: &Tokenizer) {
         m,
         plan: Vec::new(),
         outbox: Vec::new(),
-        ms_per_token: None,
+        cost: StepCost::default(),
     };
     s.publish();
     loop {
@@ -130,6 +137,40 @@ pub(crate) fn run(shared: &Shared, session: Session, tok: &Tokenizer) {
         s.cancel(id, FinishReason::Cancelled);
     }
     s.flush();
+}
+
+/// A sequence in prefill, as the planner orders it.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    id: u64,
+    /// Milliseconds since its (re)admission or its last prefill chunk.
+    waited_ms: f64,
+    /// Predicted milliseconds to evaluate its whole remaining prompt (> 0).
+    service_ms: f64,
+    candidate: Candidate,
+}
+
+impl Pending {
+    /// Its response ratio: `1 + (waited + one step) / service`.
+    fn ratio(&self, step_ms: f64) -> f64 {
+        1.0 + (self.waited_ms + step_ms) / self.service_ms
+    }
+}
+
+/// Orders the prompts in prefill, highest response ratio first (ties: shortest remaining
+/// prompt, then arrival): `1 + (waited + step_ms) / service`, where `waited` is the time
+/// without progress and `service` the predicted time to evaluate the rest of the prompt.
+/// A fresh 32-token prompt (service ~0.1 s) starts near `1 + step/0.1` and so goes before
+/// a long prompt that progressed last step (ratio ~1); a long prompt left without progress
+/// gains priority linearly and overtakes any prompt that has waited less than its share,
+/// so no prompt starves behind a stream of shorter ones.
+fn order_prefill(p: &mut [Pending], step_ms: f64) {
+    p.sort_by(|a, b| {
+        b.ratio(step_ms)
+            .total_cmp(&a.ratio(step_ms))
+            .then(a.candidate.remaining.cmp(&b.candidate.remaining))
+            .then(a.id.cmp(&b.id))
+    });
 }
 
 /// The vocabulary as the sampler sees it (control tokens have no bytes).
@@ -318,48 +359,84 @@ impl<'t> Sched<'t> {
             }
         }
         // 3. Prefill chunks. While streams decode, the prefill share of the step is limited
-        //    to what fits the step time target, so running streams keep their pace; the
-        //    shortest remaining prompts go first, so a short request is not queued behind
-        //    the chunks of a long one.
-        let decoding_rows = self.plan.len();
-        if decoding_rows > 0
-            && cfg.step_target_ms > 0.0
-            && let Some(ms) = self.ms_per_token
-        {
-            let fits = (cfg.step_target_ms / ms) as usize;
-            let prefill = fits.saturating_sub(decoding_rows).max(MIN_PREFILL_CHUNK);
-            budget = budget.min(prefill);
-        }
-        let mut prefilling: Vec<(usize, usize, u64)> = self
+        //    so the predicted step (decode rows included) fits the step time target, so
+        //    running streams keep their pace. Order: highest response ratio first, so a
+        //    short request is not queued behind the chunks of a long one and a long one
+        //    left without progress gains priority until it goes (`order_prefill`).
+        let now = Instant::now();
+        let decode = Work::of(self.plan.iter().filter_map(|&(id, n)| {
+            let q = self.running.iter().find(|q| q.id == id)?;
+            Some(Row {
+                ctx: q.done,
+                n,
+                logits: true,
+            })
+        }));
+        let empty = self.cost.predict(&Work::default());
+        let cost = &self.cost;
+        let mut pending: Vec<Pending> = self
             .running
-            .iter()
-            .enumerate()
-            .filter(|(_, q)| !(q.remaining() == 1 && q.generated > 0))
-            .map(|(i, q)| (q.remaining(), i, q.id))
+            .iter_mut()
+            .filter(|q| !(q.remaining() == 1 && q.generated > 0))
+            .map(|q| {
+                let since = *q.prefill_progress.get_or_insert(now);
+                let candidate = Candidate {
+                    ctx: q.done,
+                    remaining: q.remaining(),
+                };
+                let service = Work::default().with(Row {
+                    ctx: candidate.ctx,
+                    n: candidate.remaining,
+                    logits: true,
+                });
+                let service_ms = match (cost.predict(&service), empty) {
+                    (Some(s), Some(e)) => s - e,
+                    _ => candidate.remaining as f64,
+                };
+                Pending {
+                    id: q.id,
+                    waited_ms: now.duration_since(since).as_secs_f64() * 1e3,
+                    service_ms: service_ms.max(1e-3),
+                    candidate,
+                }
+            })
             .collect();
-        prefilling.sort_unstable();
-        for (rem, _, id) in prefilling {
-            if budget == 0 {
-                break;
-            }
-            let n = rem.min(budget);
-            if self.reserve(id, n) {
-                self.plan.push((id, n));
-                budget -= n;
+        let step_ms = if cfg.step_target_ms > 0.0 {
+            cfg.step_target_ms
+        } else {
+            DEFAULT_STEP_MS
+        };
+        order_prefill(&mut pending, step_ms);
+        let candidates: Vec<Candidate> = pending.iter().map(|p| p.candidate).collect();
+        let chunks = prefill_chunks(&self.cost, cfg.step_target_ms, budget, &decode, &candidates);
+        for (p, n) in pending.iter().zip(chunks) {
+            if n > 0 && self.reserve(p.id, n) {
+                self.plan.push((p.id, n));
+                if let Some(q) = self.running.iter_mut().find(|q| q.id == p.id) {
+                    q.prefill_progress = Some(now);
+                }
             }
         }
         if self.plan.is_empty() {
             return;
         }
-        let tokens: usize = self.plan.iter().map(|&(_, n)| n).sum();
+        // The step's work, as planned (preemption may have removed rows since).
+        let work = Work::of(self.plan.iter().filter_map(|&(id, n)| {
+            let q = self.running.iter().find(|q| q.id == id)?;
+            Some(Row {
+                ctx: q.done,
+                n,
+                logits: q.done + n == q.tokens.len(),
+            })
+        }));
         let started = Instant::now();
+        let steps = self.m.steps;
         self.run_plan();
-        if tokens >= COST_SAMPLE_MIN_TOKENS {
-            let ms = started.elapsed().as_secs_f64() * 1e3 / tokens as f64;
-            self.ms_per_token = Some(match self.ms_per_token {
-                Some(old) => 0.7 * old + 0.3 * ms,
-                None => ms,
-            });
+        let secs = started.elapsed().as_secs_f64();
+        if self.m.steps > steps {
+            // A pass ran (a failed or empty plan teaches nothing).
+            self.cost.observe(&work, secs * 1e3);
+            self.m.step_seconds.observe(secs);
         }
     }
 
@@ -395,6 +472,7 @@ impl<'t> Sched<'t> {
         q.kv = Some(kv);
         q.done = hit;
         let now = Instant::now();
+        q.prefill_progress = Some(now);
         if q.admitted.is_none() {
             q.admitted = Some(now);
             q.cached = hit;
@@ -430,6 +508,7 @@ impl<'t> Sched<'t> {
                     seq: kv,
                     tokens: &q.tokens[q.done..q.done + n],
                     logits: q.done + n == q.tokens.len(),
+                    prompt_rows: BatchSeq::prompt_rows_of(q.done, n, q.n_prompt),
                 })
             })
             .collect();
@@ -520,5 +599,75 @@ impl<'t> Sched<'t> {
         m.prefix_miss_evicted = st.prefix.miss_evicted;
         m.prefix_miss_never_seen = st.prefix.miss_never_seen;
         lock(&self.shared.metrics).clone_from(m);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A prompt in prefill: `remaining` tokens predicted at `service_ms`, `waited_ms`
+    /// without progress.
+    fn pending(id: u64, remaining: usize, service_ms: f64, waited_ms: f64) -> Pending {
+        Pending {
+            id,
+            waited_ms,
+            service_ms,
+            candidate: Candidate { ctx: 0, remaining },
+        }
+    }
+
+    fn order(mut p: Vec<Pending>) -> Vec<u64> {
+        order_prefill(&mut p, 200.0);
+        p.iter().map(|e| e.id).collect()
+    }
+
+    #[test]
+    fn prefill_goes_shortest_first_among_prompts_that_just_arrived() {
+        let p = vec![
+            pending(1, 2048, 8000.0, 0.0),
+            pending(2, 32, 100.0, 0.0),
+            pending(3, 300, 1000.0, 0.0),
+        ];
+        assert_eq!(order(p), [2, 3, 1]);
+    }
+
+    #[test]
+    fn a_fresh_short_prompt_goes_before_a_long_one_that_is_progressing() {
+        // The long prompt got a chunk one step ago; the short one just arrived.
+        let p = vec![pending(1, 1500, 6000.0, 200.0), pending(2, 32, 100.0, 0.0)];
+        assert_eq!(order(p), [2, 1]);
+    }
+
+    #[test]
+    fn a_long_prompt_left_without_progress_overtakes_shorter_ones() {
+        // 30 s without progress (8 s of work left): before a 32-token prompt that just
+        // arrived and a 300-token one that waited a second.
+        let p = vec![
+            pending(2, 32, 100.0, 0.0),
+            pending(3, 300, 1000.0, 1000.0),
+            pending(1, 2048, 8000.0, 30_000.0),
+        ];
+        assert_eq!(order(p), [1, 2, 3]);
+        // Once the short prompt has waited a step more than its share, it goes first
+        // again, so neither starves.
+        let p = vec![
+            pending(2, 32, 100.0, 400.0),
+            pending(1, 2048, 8000.0, 30_200.0),
+        ];
+        assert_eq!(order(p), [2, 1]);
+    }
+
+    #[test]
+    fn priority_grows_with_time_without_progress() {
+        // However long a prompt is, some wait puts it first.
+        for waited in [0.0, 10_000.0, 100_000.0, 1_000_000.0] {
+            let p = vec![
+                pending(1, 4000, 20_000.0, waited),
+                pending(2, 16, 50.0, 0.0),
+            ];
+            let first = order(p)[0];
+            assert_eq!(first == 1, waited >= 100_000.0, "waited {waited} ms");
+        }
     }
 }

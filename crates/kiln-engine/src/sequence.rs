@@ -45,6 +45,9 @@ pub(crate) struct Seq<'t> {
     emit: String,
     pub submitted: Instant,
     pub admitted: Option<Instant>,
+    /// While in prefill: when it was (re)admitted or last got a chunk (its prefill
+    /// priority grows with the time since, see `scheduler::order_prefill`).
+    pub prefill_progress: Option<Instant>,
     first: Option<Instant>,
     last: Option<Instant>,
     itl_sum: f64,
@@ -98,6 +101,7 @@ impl<'t> Seq<'t> {
             emit: String::new(),
             submitted,
             admitted: None,
+            prefill_progress: None,
             first: None,
             last: None,
             itl_sum: 0.0,

@@ -1,12 +1,22 @@
 //! Causal multi-head attention with grouped KV heads, read straight from the paged KV cache
 //! (`kiln-kv`) in its stored form.
 //!
-//! The arithmetic for an f16 cache is that of llama.cpp's default CPU path (flash attention):
-//! the query is rounded to f16, each score is an f16·f16 dot product accumulated in f32 and
-//! scaled (soft-capped, `c·tanh(s)`, for Gemma 2), the softmax is computed online (running
-//! maximum and sum, `exp` in f32), and the weighted sum of values is accumulated in f16 with
-//! one rounding per multiply-add, then multiplied by `1/sum`. Matching these roundings keeps
-//! Kiln's outputs as close to llama.cpp's as these models allow (see `docs/correctness.md`).
+//! For an f16 cache there are llama.cpp's two arithmetics of CPU flash attention, chosen per
+//! row as llama.cpp chooses them (see `crate::model::PROMPT_ATTENTION_MIN_ROWS`):
+//! - **one-row** (decode, short prompts; llama.cpp's `one_chunk` path): the query is rounded
+//!   to f16, each score is an f16·f16 dot product accumulated in f32, and the weighted sum of
+//!   values is accumulated in f16 with one rounding per multiply-add;
+//! - **prompt** (rows of a prompt of 64 tokens or more; llama.cpp's tiled path): the query
+//!   stays f32, the f16 keys and values are widened exactly, scores are fused f32 dot
+//!   products and the values are accumulated in f32.
+//!
+//! In both, each score is scaled (soft-capped, `c·tanh(s)`, for Gemma 2), the softmax is
+//! computed online (running maximum and sum, `exp` in f32) key by key, and the sum is
+//! multiplied by `1/sum` at the end. Matching these roundings keeps Kiln's outputs as close
+//! to llama.cpp's as these models allow (see `docs/correctness.md`): the one-row arithmetic
+//! reproduces llama.cpp's greedy decoding, the prompt arithmetic its perplexity and KL figures
+//! (with the one-row arithmetic for prompts too, an f16 cache lost 0.0035 nats of KL to an
+//! f32 cache on SmolLM2 where llama.cpp loses none).
 //! Other stored types (see `docs/kv-cache.md`): f32 K — f32 query, fused multiply-add dot;
 //! q8_0 / q4_0 / q4_1 / q5_0 K — the query quantized to the type's `vec_dot_type` and
 //! kiln-quant's integer dot (ggml's `vec_dot`); f32 or quantized V — rows (dequantized per
@@ -97,7 +107,7 @@ impl SlotDims {
             ms: vec![0.0; keys],
             vs: vec![0.0; keys],
             acc16: vec![f16::ZERO; if v_type == KvType::F16 { rows * hdv } else { 0 }],
-            acc32: vec![0.0; if v_type == KvType::F16 { 0 } else { rows * hdv }],
+            acc32: vec![0.0; rows * hdv],
             max: vec![0.0; rows],
             sum: vec![0.0; rows],
             vdq: vec![0.0; if v_type.is_float() { 0 } else { keys * hdv }],
@@ -196,6 +206,9 @@ pub(crate) struct SeqAttn<'a> {
     pub(crate) shape: AttnShape,
     pub(crate) q: &'a [f32],
     pub(crate) kv: LayerView<'a>,
+    /// Prompt arithmetic (f32 query and accumulator) rather than one-row arithmetic, for an
+    /// f16 cache (see the module docs).
+    pub(crate) prompt: bool,
 }
 
 /// Pages per chunk: about [`CHUNK_KEYS`] keys.
@@ -221,7 +234,8 @@ fn act_row_bytes(k_type: KvType, hd: usize) -> usize {
 /// already hold the keys and values of the query positions.
 ///
 /// `q` is token-major (`n_tokens × n_head·head_dim`); the result is written token-major to
-/// `out` (`n_tokens × n_head·head_dim_v`).
+/// `out` (`n_tokens × n_head·head_dim_v`). `prompt` selects the prompt arithmetic for an
+/// f16 cache (see the module docs).
 #[cfg(test)]
 pub(crate) fn attention(
     cfg: &ModelConfig,
@@ -230,12 +244,14 @@ pub(crate) fn attention(
     kv: &LayerView<'_>,
     scratch: &mut AttnScratch,
     out: &mut [f32],
+    prompt: bool,
 ) -> Result<(), ModelError> {
-    attention_with(attn_kernels(), cfg, shape, q, kv, scratch, out)
+    attention_with(attn_kernels(), cfg, shape, q, kv, scratch, out, prompt)
 }
 
 /// [`attention`] with the given kernel table (tests compare ISAs).
 #[cfg(test)]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn attention_with(
     ak: &AttnKernels,
     cfg: &ModelConfig,
@@ -244,11 +260,13 @@ pub(crate) fn attention_with(
     kv: &LayerView<'_>,
     scratch: &mut AttnScratch,
     out: &mut [f32],
+    prompt: bool,
 ) -> Result<(), ModelError> {
     let seq = SeqAttn {
         shape: AttnShape { ..*shape },
         q,
         kv: *kv,
+        prompt,
     };
     attention_batch_with(ak, cfg, std::slice::from_ref(&seq), scratch, out)
 }
@@ -300,7 +318,7 @@ fn attention_batch_with(
         let s = &seqs[si];
         let mut slot = pool.take();
         let rows = o.len() / hdv;
-        let r = run_tile(ak, cfg, &s.shape, s.q, &s.kv, h, t0, rows, &mut slot, o);
+        let r = run_tile(ak, cfg, s, h, t0, rows, &mut slot, o);
         pool.give(slot);
         r
     })?;
@@ -333,15 +351,16 @@ fn first_visible(pos: usize, window: Option<usize>) -> usize {
 fn run_tile(
     ak: &AttnKernels,
     cfg: &ModelConfig,
-    shape: &AttnShape,
-    q: &[f32],
-    kv: &LayerView<'_>,
+    seq: &SeqAttn<'_>,
     h: usize,
     t0: usize,
     rows: usize,
     slot: &mut Slot,
     out: &mut [f32],
 ) -> Result<(), ModelError> {
+    let (shape, q, kv) = (&seq.shape, seq.q, &seq.kv);
+    // f16 accumulator: the one-row arithmetic over an f16 cache.
+    let acc_f16 = kv.v_type() == KvType::F16 && !seq.prompt;
     let (hd, hdv, q_dim) = (cfg.head_dim, cfg.head_dim_v, cfg.q_dim());
     let g = h / (cfg.n_head / cfg.n_head_kv);
     let bs = kv.block_size();
@@ -364,8 +383,8 @@ fn run_tile(
         let t = t0 + r;
         let src = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd];
         match k_type {
-            KvType::F16 => ak.round_f16(src, &mut slot.q[r * hd..(r + 1) * hd]),
-            KvType::F32 => slot.q[r * hd..(r + 1) * hd].copy_from_slice(src),
+            KvType::F16 if !seq.prompt => ak.round_f16(src, &mut slot.q[r * hd..(r + 1) * hd]),
+            KvType::F16 | KvType::F32 => slot.q[r * hd..(r + 1) * hd].copy_from_slice(src),
             _ => {
                 // Keys stored rotated: rotate the query alike, `(H·q)·(H·k) = q·k`.
                 let src = match kv.k_rotation() {
@@ -482,8 +501,17 @@ fn run_tile(
             let (ms, vs) = (&slot.ms[..n], &slot.vs[..n]);
             let first = lo - chunk_lo;
             match (v16, v32) {
-                (Some(v), _) => ak.accum_f16(
+                (Some(v), _) if acc_f16 => ak.accum_f16(
                     &mut slot.acc16[r * hdv..(r + 1) * hdv],
+                    v,
+                    &slot.pages_v[..np],
+                    bs,
+                    first,
+                    ms,
+                    vs,
+                ),
+                (Some(v), _) => ak.accum_f16_f32(
+                    &mut slot.acc32[r * hdv..(r + 1) * hdv],
                     v,
                     &slot.pages_v[..np],
                     bs,
@@ -518,7 +546,7 @@ fn run_tile(
         let sum = slot.sum[r];
         let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
         let o = &mut out[r * hdv..(r + 1) * hdv];
-        if v_type == KvType::F16 {
+        if acc_f16 {
             for (o, a) in o.iter_mut().zip(&slot.acc16[r * hdv..(r + 1) * hdv]) {
                 *o = a.to_f32() * inv;
             }

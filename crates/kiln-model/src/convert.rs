@@ -1,7 +1,8 @@
 //! Hugging Face checkpoint → GGUF, the way llama.cpp's converter lays it out: GGUF tensor
 //! names and metadata keys, llama Q/K rows permuted for adjacent-pair RoPE, GPT-2 `Conv1D`
 //! weights transposed, Gemma norms stored as `1 + w`, Llama 3 `rope_freqs` materialised.
-//! Matrices keep their stored type (F32, F16 or BF16); vectors are written as F32.
+//! Matrices keep their stored type (F32, F16 or BF16); vectors are written as F32. Integer
+//! hyperparameters are written as u32, the type llama.cpp requires.
 //!
 //! No tokenizer is written (the model does not need one); the result is for loading with
 //! [`crate::Model`], e.g. to check that a checkpoint gives the same logits from both
@@ -67,7 +68,13 @@ pub fn hf_to_gguf(dir: impl AsRef<Path>) -> Result<GgufWriter, ModelError> {
 
     let mut w = GgufWriter::new();
     for (k, v) in md.iter().filter(|(k, _)| *k != "general.source") {
-        w.add_metadata(k, v.clone())?;
+        // llama.cpp reads hyperparameters as u32 (as gguf-py writes them) and refuses a
+        // u64 ("wrong type u64 but expected type u32").
+        let v = match *v {
+            kiln_format::Value::U64(n) => u32::try_from(n).map_or(v.clone(), Into::into),
+            _ => v.clone(),
+        };
+        w.add_metadata(k, v)?;
     }
     let mut names: Vec<String> = TOP.iter().map(|s| s.to_string()).collect();
     for il in 0..n_layer {

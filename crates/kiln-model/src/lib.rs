@@ -33,5 +33,5 @@ pub use hf::HF_MODEL_TYPES;
 pub use kiln_kv::{KvCache, KvError, KvStats, KvType, SeqId};
 pub use kiln_quant::quantize_types;
 pub use kv::{KvOptions, MemoryPlan};
-pub use model::{BatchSeq, Logits, Model, Session};
+pub use model::{BatchSeq, Logits, Model, PROMPT_ATTENTION_MIN_ROWS, Session};
 pub use weights::{LoadOptions, SourceKind};

@@ -88,6 +88,30 @@ pub struct BatchSeq<'a> {
     pub tokens: &'a [u32],
     /// Whether to return the logits of its last token.
     pub logits: bool,
+    /// How many of `tokens`, from the first, run attention's prompt arithmetic (f32 query
+    /// and accumulator; the rest run the one-row arithmetic, f16 query and accumulator) —
+    /// see [`PROMPT_ATTENTION_MIN_ROWS`] and [`BatchSeq::prompt_rows`].
+    pub prompt_rows: usize,
+}
+
+/// llama.cpp runs a pass's attention in its prompt arithmetic (the tiled flash attention:
+/// f32 query, f32 accumulator) when a sequence has at least this many query rows in the
+/// pass, and in its one-row arithmetic (f16 query, f16 accumulator) otherwise (decode,
+/// short prompts). Kiln decides the same way, but from the length of the whole prompt
+/// rather than of a chunk, so a prompt's rows compute the same however the engine chunks it.
+pub const PROMPT_ATTENTION_MIN_ROWS: usize = 64;
+
+impl BatchSeq<'_> {
+    /// [`BatchSeq::prompt_rows`] for tokens starting at position `start` of a sequence whose
+    /// prompt has `prompt_len` tokens: the prompt positions among them when the prompt has
+    /// at least [`PROMPT_ATTENTION_MIN_ROWS`] tokens, else none.
+    pub fn prompt_rows_of(start: usize, n_tokens: usize, prompt_len: usize) -> usize {
+        if prompt_len >= PROMPT_ATTENTION_MIN_ROWS {
+            prompt_len.saturating_sub(start).min(n_tokens)
+        } else {
+            0
+        }
+    }
 }
 
 /// Where a pass writes logits.
@@ -390,6 +414,10 @@ impl Session {
 
     /// Evaluates `tokens` at the next positions and returns logits: `vocab` values for
     /// [`Logits::Last`], `tokens.len() × vocab` for [`Logits::All`].
+    ///
+    /// A call of several tokens is taken as (the rest of) the sequence's prompt, ending
+    /// where the call ends, and one token as a decode step: this picks attention's prompt
+    /// or one-row arithmetic ([`PROMPT_ATTENTION_MIN_ROWS`]).
     pub fn forward(&mut self, tokens: &[u32], mode: Logits) -> Result<&[f32], ModelError> {
         let cfg = self.model.config().clone();
         let needed = self.kv.len(self.seq)? + tokens.len();
@@ -412,6 +440,7 @@ impl Session {
         if mode == Logits::All {
             self.s.logits.resize(tokens.len() * vocab, 0.0);
         }
+        let pos0 = needed - tokens.len();
         let mut done = 0;
         for chunk in tokens.chunks(self.n_batch) {
             let last_chunk = done + chunk.len() == tokens.len();
@@ -420,10 +449,18 @@ impl Session {
                 Logits::Last if last_chunk => OutRows::LastOfRows,
                 Logits::Last => OutRows::Skip,
             };
+            // A call of several tokens is (the rest of) its sequence's prompt, which ends
+            // where the call ends; one token is a decode step. So a prompt's rows compute
+            // the same whether it is evaluated whole, in chunks, or after a reused prefix.
             let row = BatchSeq {
                 seq: self.seq,
                 tokens: chunk,
                 logits: last_chunk,
+                prompt_rows: if tokens.len() > 1 {
+                    BatchSeq::prompt_rows_of(pos0 + done, chunk.len(), pos0 + tokens.len())
+                } else {
+                    0
+                },
             };
             self.forward_rows(&[row], out)?;
             done += chunk.len();
@@ -688,15 +725,23 @@ impl Session {
             let mut t0 = 0;
             for (r, &pos0) in rows.iter().zip(starts) {
                 let m = r.tokens.len();
-                seqs.push(SeqAttn {
-                    shape: AttnShape {
-                        pos0,
-                        n_tokens: m,
-                        window: layer.sliding_window,
-                    },
-                    q: &s.q[t0 * qd..(t0 + m) * qd],
-                    kv: self.kv.layer_view(r.seq, il)?,
-                });
+                let kv = self.kv.layer_view(r.seq, il)?;
+                // The prompt rows first, then the rest, each with its own arithmetic.
+                let p = r.prompt_rows.min(m);
+                for (a, b, prompt) in [(0, p, true), (p, m, false)] {
+                    if a < b {
+                        seqs.push(SeqAttn {
+                            shape: AttnShape {
+                                pos0: pos0 + a,
+                                n_tokens: b - a,
+                                window: layer.sliding_window,
+                            },
+                            q: &s.q[(t0 + a) * qd..(t0 + b) * qd],
+                            kv,
+                            prompt,
+                        });
+                    }
+                }
                 t0 += m;
             }
             attention_batch(cfg, &seqs, &mut s.attn, &mut s.att[..n * hv])?;

@@ -76,8 +76,30 @@ fn gelu_ggml(x: f32, table: &[f16]) -> f32 {
     }
 }
 
-/// `gate = act(gate) * up`, the gated feed-forward nonlinearity.
+/// Elements per parallel task of [`gated_activation`]; below this many the call runs on the
+/// calling thread (a prompt's FFN activation is millions of elements, a decode step's a few
+/// thousand).
+const ACT_PAR_CHUNK: usize = 1 << 15;
+
+/// `gate = act(gate) * up`, the gated feed-forward nonlinearity. Elementwise, so splitting
+/// it over threads changes no result.
 pub fn gated_activation(gate: &mut [f32], up: &[f32], act: crate::config::Activation) {
+    use rayon::prelude::*;
+    assert_eq!(
+        gate.len(),
+        up.len(),
+        "gated_activation: gate and up lengths differ"
+    );
+    if gate.len() >= 2 * ACT_PAR_CHUNK && rayon::current_num_threads() > 1 {
+        gate.par_chunks_mut(ACT_PAR_CHUNK)
+            .zip(up.par_chunks(ACT_PAR_CHUNK))
+            .for_each(|(g, u)| gated_activation_serial(g, u, act));
+    } else {
+        gated_activation_serial(gate, up, act);
+    }
+}
+
+fn gated_activation_serial(gate: &mut [f32], up: &[f32], act: crate::config::Activation) {
     use crate::config::Activation;
     match act {
         Activation::Silu => {

@@ -62,13 +62,16 @@ struct Row {
     fed: usize,
     /// Tokens to evaluate this step.
     next: Vec<u32>,
+    /// Whether `next` is a chunk of the prompt (else one decoded token).
+    prefill: bool,
     logits: Vec<Vec<u32>>,
 }
 
 #[test]
 fn sequences_decoded_together_get_the_logits_they_get_alone_bit_for_bit() {
     let model = model();
-    let prompts: Vec<Vec<u32>> = [(3, 1), (17, 2), (40, 3), (9, 4), (33, 5)]
+    // 70 tokens: a prompt long enough for the prompt arithmetic of attention, fed in chunks.
+    let prompts: Vec<Vec<u32>> = [(3, 1), (17, 2), (40, 3), (9, 4), (33, 5), (70, 6)]
         .iter()
         .map(|&(n, seed)| tokens(n, seed))
         .collect();
@@ -86,6 +89,7 @@ fn sequences_decoded_together_get_the_logits_they_get_alone_bit_for_bit() {
             prompt: p.clone(),
             fed: 0,
             next: Vec::new(),
+            prefill: false,
             logits: Vec::new(),
         })
         .collect();
@@ -102,6 +106,9 @@ fn sequences_decoded_together_get_the_logits_they_get_alone_bit_for_bit() {
                 let n = (r.prompt.len() - r.fed).min(7);
                 r.next = r.prompt[r.fed..r.fed + n].to_vec();
                 r.fed += n;
+                r.prefill = true;
+            } else {
+                r.prefill = false;
             }
             members.push(i);
         }
@@ -110,10 +117,16 @@ fn sequences_decoded_together_get_the_logits_they_get_alone_bit_for_bit() {
         }
         for &i in &members {
             let r = &rows[i];
+            let prompt_rows = if r.prefill {
+                BatchSeq::prompt_rows_of(r.fed - r.next.len(), r.next.len(), r.prompt.len())
+            } else {
+                0
+            };
             batch.push(BatchSeq {
                 seq: r.seq,
                 tokens: &r.next,
                 logits: r.fed == r.prompt.len(),
+                prompt_rows,
             });
         }
         let wants: Vec<bool> = batch.iter().map(|b| b.logits).collect();
@@ -158,11 +171,13 @@ fn malformed_batches_are_refused_and_keep_no_position() {
             seq: a,
             tokens: &t,
             logits: true,
+            prompt_rows: 0,
         },
         BatchSeq {
             seq: b,
             tokens: &t,
             logits: true,
+            prompt_rows: 0,
         },
     ];
     assert!(matches!(
@@ -174,11 +189,13 @@ fn malformed_batches_are_refused_and_keep_no_position() {
             seq: a,
             tokens: &t[..2],
             logits: true,
+            prompt_rows: 0,
         },
         BatchSeq {
             seq: a,
             tokens: &t[2..4],
             logits: true,
+            prompt_rows: 0,
         },
     ];
     assert!(matches!(
@@ -189,6 +206,7 @@ fn malformed_batches_are_refused_and_keep_no_position() {
         seq: b,
         tokens: &[u32::MAX],
         logits: true,
+        prompt_rows: 0,
     }];
     assert!(matches!(
         s.forward_batch(&out_of_vocab),

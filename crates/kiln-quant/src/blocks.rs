@@ -146,6 +146,16 @@ impl BlockQ8K {
     }
 }
 
+/// A block of 32 signed-byte weights with its scale widened: the unpacked form of a Q4_0 /
+/// Q5_0 block (the GEMM driver unpacks a weight row once per token tile into this, so the
+/// eight-token micro-kernel does not unpack it again for every group of eight tokens).
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockI8 {
+    pub qs: [i8; QK],
+    pub d: f32,
+}
+
 /// `Q5_1`: 32 weights `d * q + m`, `q` five bits laid out as in [`BlockQ5_0`].
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 #[repr(C)]

@@ -14,6 +14,8 @@
 
 use std::sync::OnceLock;
 
+use bytemuck::Zeroable;
+
 use kiln_format::GgmlType;
 
 use crate::error::QuantError;
@@ -32,21 +34,35 @@ pub(crate) type DotFn = unsafe fn(w: &[u8], a: &[u8]) -> f32;
 pub(crate) type DotRowsFn = unsafe fn(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32; 4]);
 /// Dots of one weight row with four activation rows. Each result must equal [`DotFn`]'s bit
 /// for bit (same operations in the same order).
-pub(crate) type Dot4Fn = unsafe fn(w: &[u8], a: Act4<'_>, out: &mut [f32; 4]);
+pub(crate) type Dot4Fn = unsafe fn(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]);
+/// Dots of one weight row with eight activation rows: the wide GEMM micro-kernel of the types
+/// whose weight unpacking is costly enough that sharing it over eight tokens pays. Each
+/// result must equal [`DotFn`]'s bit for bit.
+pub(crate) type Dot8Fn = unsafe fn(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]);
 
-/// Four activation rows for the GEMM micro-kernel: row `t` is `a[t * stride..][..row_bytes]`.
+/// Unpacks a weight row into [`crate::blocks::BlockI8`] blocks (`out` holds one per block):
+/// the values and scales the type's dot kernels use, exactly.
+pub(crate) type UnpackFn = unsafe fn(w: &[u8], out: &mut [crate::blocks::BlockI8]);
+
+/// Activation rows for the GEMM micro-kernels (four or eight): row `t` is
+/// `a[t * stride..][..row_bytes]`.
 /// For Q8_0/Q8_1 activations `sc` also holds each row's block scales widened to `f32` (see
 /// [`act_scales`]), row `t` at `t * sc_stride`, so the micro-kernel, which reuses each
 /// activation row for many weight rows, does not convert them again for every weight row.
+///
+/// For the eight-token kernels `sc8` holds the same scales interleaved across the eight
+/// rows, scale `j` of row `t` at `j * 8 + t` (see [`interleave8`]), so that one load gives
+/// a block's scale for all eight tokens; it is empty for the four-token kernels.
 #[derive(Clone, Copy)]
-pub(crate) struct Act4<'a> {
+pub(crate) struct ActRows<'a> {
     pub(crate) a: &'a [u8],
     pub(crate) stride: usize,
     pub(crate) sc: &'a [f32],
     pub(crate) sc_stride: usize,
+    pub(crate) sc8: &'a [f32],
 }
 
-impl<'a> Act4<'a> {
+impl<'a> ActRows<'a> {
     /// Row `t` (`len` bytes).
     #[inline(always)]
     pub(crate) fn row(&self, t: usize, len: usize) -> &'a [u8] {
@@ -90,6 +106,45 @@ pub(crate) fn act_scales(a: AType, row: &[u8], out: &mut [f32]) {
     }
 }
 
+/// Checks `T` activation rows laid end to end in `a` against the weight row `w` and widens
+/// their block scales: `(scales, row stride in bytes, scales per row)`.
+fn act_rows_checked<const T: usize>(
+    wt: WType,
+    ty: GgmlType,
+    w: &[u8],
+    a: &[u8],
+) -> Result<(Vec<f32>, usize, usize), QuantError> {
+    let n = elems_in(ty, w.len())?;
+    let at = wt.act();
+    let stride = at.row_bytes(n);
+    let what = if T == 4 {
+        "activation bytes (4 rows)"
+    } else {
+        "activation bytes (8 rows)"
+    };
+    check_len(at.ggml(), what, T * stride, a.len())?;
+    let n_sc = act_scale_count(at, n / at.ggml().block_elems());
+    let mut sc = vec![0.0f32; T * n_sc];
+    for t in 0..T {
+        act_scales(
+            at,
+            &a[t * stride..(t + 1) * stride],
+            &mut sc[t * n_sc..(t + 1) * n_sc],
+        );
+    }
+    Ok((sc, stride, n_sc))
+}
+
+/// Interleaves the scales of eight rows (`sc`, row `t` at `t * n_sc`, `n_sc` each) into
+/// `out` (`8 * n_sc`): scale `j` of row `t` at `j * 8 + t`.
+pub(crate) fn interleave8(sc: &[f32], n_sc: usize, out: &mut [f32]) {
+    for (j, o) in out[..8 * n_sc].chunks_exact_mut(8).enumerate() {
+        for (t, v) in o.iter_mut().enumerate() {
+            *v = sc[t * n_sc + j];
+        }
+    }
+}
+
 /// One kernel and the ISA whose code it is.
 #[derive(Clone, Copy)]
 pub(crate) struct Imp<F> {
@@ -103,6 +158,13 @@ pub(crate) struct WeightKernels {
     pub(crate) dot: Imp<DotFn>,
     pub(crate) dotr4: Imp<DotRowsFn>,
     pub(crate) dot4: Imp<Dot4Fn>,
+    /// The eight-token GEMM micro-kernel, where one exists (the driver then takes tokens
+    /// eight at a time, and the rest four at a time).
+    pub(crate) dot8: Option<Imp<Dot8Fn>>,
+    /// For types whose unpacking dominates: an unpacker to [`crate::blocks::BlockI8`] rows
+    /// and an eight-token micro-kernel over such rows. The driver unpacks each weight row
+    /// once per token tile and runs this instead of `dot8`; results equal `dot` bit for bit.
+    pub(crate) dot8_unpacked: Option<(Imp<UnpackFn>, Imp<Dot8Fn>)>,
 }
 
 /// The kernels for one instruction set. Obtain with [`kernels`] (the process's choice) or
@@ -119,7 +181,8 @@ pub struct Kernels {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelImpl {
     /// `"quantize"` (activations), `"dequantize"`, `"dot"`, `"dotr4"` (GEMV: four weight
-    /// rows × one token) or `"dot4"` (GEMM: one weight row × four tokens).
+    /// rows × one token), `"dot4"` (GEMM: one weight row × four tokens) or `"dot8"` (wide
+    /// GEMM: one weight row × eight tokens; listed only where a table has one).
     pub kernel: &'static str,
     pub ty: GgmlType,
     pub isa: Isa,
@@ -223,29 +286,86 @@ impl Kernels {
     /// call, which the matmul driver does once per batch.)
     pub fn dot4(&self, ty: GgmlType, w: &[u8], a: &[u8]) -> Result<[f32; 4], QuantError> {
         let wt = wtype(ty)?;
-        let n = elems_in(ty, w.len())?;
-        let at = wt.act();
-        let stride = at.row_bytes(n);
-        check_len(at.ggml(), "activation bytes (4 rows)", 4 * stride, a.len())?;
-        let n_sc = act_scale_count(at, n / at.ggml().block_elems());
-        let mut sc = vec![0.0f32; 4 * n_sc];
-        for t in 0..4 {
-            act_scales(
-                at,
-                &a[t * stride..(t + 1) * stride],
-                &mut sc[t * n_sc..(t + 1) * n_sc],
-            );
-        }
-        let a4 = Act4 {
+        let (sc, stride, sc_stride) = act_rows_checked::<4>(wt, ty, w, a)?;
+        let rows = ActRows {
             a,
             stride,
             sc: &sc,
-            sc_stride: n_sc,
+            sc_stride,
+            sc8: &[],
         };
         let mut out = [0.0; 4];
         // SAFETY: as in `quantize_activations`; lengths checked above.
-        unsafe { (self.weights[wt as usize].dot4.f)(w, a4, &mut out) };
+        unsafe { (self.weights[wt as usize].dot4.f)(w, rows, &mut out) };
         Ok(out)
+    }
+
+    /// The wide GEMM micro-kernel: dots of `w` with eight activation rows laid end to end in
+    /// `a`, each equal to [`Kernels::dot`] of the same row bit for bit. Types without an
+    /// eight-token kernel in this table ([`Kernels::has_dot8`]) answer with two four-token
+    /// calls, as the matmul driver does.
+    pub fn dot8(&self, ty: GgmlType, w: &[u8], a: &[u8]) -> Result<[f32; 8], QuantError> {
+        let wt = wtype(ty)?;
+        let (sc, stride, sc_stride) = act_rows_checked::<8>(wt, ty, w, a)?;
+        let k = &self.weights[wt as usize];
+        let mut out = [0.0; 8];
+        if let Some((unpack, d8)) = k.dot8_unpacked {
+            let mut sc8 = vec![0.0f32; 8 * sc_stride];
+            interleave8(&sc, sc_stride, &mut sc8);
+            let rows = ActRows {
+                a,
+                stride,
+                sc: &sc,
+                sc_stride,
+                sc8: &sc8,
+            };
+            let mut wu = vec![crate::blocks::BlockI8::zeroed(); w.len() / ty.block_bytes()];
+            // SAFETY: as in `quantize_activations`; `wu` holds one unpacked block per block.
+            unsafe {
+                (unpack.f)(w, &mut wu);
+                (d8.f)(bytemuck::cast_slice(&wu), rows, &mut out);
+            }
+            return Ok(out);
+        }
+        match k.dot8 {
+            Some(d8) => {
+                let mut sc8 = vec![0.0f32; 8 * sc_stride];
+                interleave8(&sc, sc_stride, &mut sc8);
+                let rows = ActRows {
+                    a,
+                    stride,
+                    sc: &sc,
+                    sc_stride,
+                    sc8: &sc8,
+                };
+                // SAFETY: as in `quantize_activations`; lengths checked above.
+                unsafe { (d8.f)(w, rows, &mut out) }
+            }
+            None => {
+                for half in 0..2 {
+                    let part = ActRows {
+                        a: &a[4 * half * stride..4 * (half + 1) * stride],
+                        stride,
+                        sc: &sc[4 * half * sc_stride..4 * (half + 1) * sc_stride],
+                        sc_stride,
+                        sc8: &[],
+                    };
+                    let mut o = [0.0; 4];
+                    // SAFETY: as above; `part` is four of the checked rows.
+                    unsafe { (k.dot4.f)(w, part, &mut o) };
+                    out[4 * half..4 * half + 4].copy_from_slice(&o);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether this table has an eight-token GEMM micro-kernel for `ty`.
+    pub fn has_dot8(&self, ty: GgmlType) -> bool {
+        wtype(ty).is_ok_and(|wt| {
+            let k = &self.weights[wt as usize];
+            k.dot8.is_some() || k.dot8_unpacked.is_some()
+        })
     }
 
     /// The GEMV kernel: dots of four consecutive weight rows (laid end to end in `w`) with one
@@ -292,6 +412,13 @@ impl Kernels {
                     kernel,
                     ty: w.ggml(),
                     isa,
+                });
+            }
+            if let Some(d8) = k.dot8.or(k.dot8_unpacked.map(|(_, d8)| d8)) {
+                v.push(KernelImpl {
+                    kernel: "dot8",
+                    ty: w.ggml(),
+                    isa: d8.isa,
                 });
             }
         }

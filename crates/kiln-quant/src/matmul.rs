@@ -8,7 +8,12 @@
 use kiln_format::GgmlType;
 
 use crate::error::QuantError;
-use crate::kernels::{Act4, Kernels, WeightKernels, act_scale_count, act_scales, kernels};
+use bytemuck::Zeroable;
+
+use crate::blocks::BlockI8;
+use crate::kernels::{
+    ActRows, Kernels, WeightKernels, act_scale_count, act_scales, interleave8, kernels,
+};
 use crate::pool;
 use crate::types::{AType, WType};
 
@@ -117,6 +122,9 @@ pub struct MatmulScratch {
     /// Per activation row, its block scales widened to `f32` (Q8_0, Q8_1; see `act_scales`),
     /// for the GEMM micro-kernels.
     scales: [Vec<f32>; AType::COUNT],
+    /// The same scales interleaved per group of eight rows (see `interleave8`), for the
+    /// eight-token micro-kernels; whole groups only.
+    scales8: [Vec<f32>; AType::COUNT],
     ready: [bool; AType::COUNT],
 }
 
@@ -144,8 +152,9 @@ impl MatmulScratch {
     }
 
     /// The prepared rows converted to `a` (converting them now if needed), their widened
-    /// scales for the GEMM micro-kernels, and the scales' per-row stride.
-    fn act_rows(&mut self, k: &Kernels, a: AType) -> (&[u8], &[f32], usize) {
+    /// scales for the GEMM micro-kernels, the scales' per-row stride, and the scales
+    /// interleaved by groups of eight rows.
+    fn act_rows(&mut self, k: &Kernels, a: AType) -> (&[u8], &[f32], usize, &[f32]) {
         let i = a as usize;
         let n_sc = act_scale_count(a, self.cols / a.ggml().block_elems());
         // One slot per row at least, so rows and scale rows zip one to one.
@@ -194,9 +203,15 @@ impl MatmulScratch {
                         .for_each(convert);
                 }
             }
+            let groups = self.n_tokens / 8;
+            let sc8 = &mut self.scales8[i];
+            sc8.resize(groups * 8 * sc_stride, 0.0);
+            for (g, o) in sc8.chunks_exact_mut(8 * sc_stride).enumerate() {
+                interleave8(&sc[g * 8 * sc_stride..], sc_stride, o);
+            }
             self.ready[i] = true;
         }
-        (&self.acts[i], &self.scales[i], sc_stride)
+        (&self.acts[i], &self.scales[i], sc_stride, &self.scales8[i])
     }
 }
 
@@ -241,16 +256,17 @@ pub fn matmul_prepared_with(k: &Kernels, w: &QMatrix, scratch: &mut MatmulScratc
     );
     let at = w.wt.act();
     let stride = at.row_bytes(w.cols);
-    let (acts, sc, sc_stride) = scratch.act_rows(k, at);
+    let (acts, sc, sc_stride, sc8) = scratch.act_rows(k, at);
     let wk = k.weight(w.wt);
     if n == 1 {
         gemv(wk, w, acts, y);
     } else if n > 1 {
-        let a = Act4 {
+        let a = ActRows {
             a: acts,
             stride,
             sc,
             sc_stride,
+            sc8,
         };
         gemm(wk, w, a, n, y);
     }
@@ -353,11 +369,12 @@ impl<T> SharedOut<T> {
     }
 }
 
-/// `a` holds all `n` activation rows (`Act4` used as a strided view of every row).
-fn gemm(wk: &WeightKernels, w: &QMatrix, a: Act4<'_>, n: usize, y: &mut [f32]) {
+/// `a` holds all `n` activation rows (`ActRows` used as a strided view of every row).
+fn gemm(wk: &WeightKernels, w: &QMatrix, a: ActRows<'_>, n: usize, y: &mut [f32]) {
     let rows = w.rows;
     let stride = a.stride;
-    let tt = ((TOKEN_TILE_BYTES / stride.max(1)).clamp(4, 64) / 4) * 4;
+    // Whole groups of eight tokens, so eight-token calls start on a group of interleaved scales.
+    let tt = ((TOKEN_TILE_BYTES / stride.max(1)).clamp(8, 64) / 8) * 8;
     let n_tt = n.div_ceil(tt);
     let p = pool::current();
     let threads = p.n_threads();
@@ -384,30 +401,86 @@ fn gemm(wk: &WeightKernels, w: &QMatrix, a: Act4<'_>, n: usize, y: &mut [f32]) {
     }
 }
 
+thread_local! {
+    /// Per worker thread: the current row block unpacked (types with `dot8_unpacked`). Grows
+    /// to the largest row block seen, then is reused.
+    static UNPACKED: std::cell::RefCell<Vec<BlockI8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// # Safety
 /// Nobody else writes outputs of tokens `t0..t1`, rows `r0..r1` meanwhile.
 unsafe fn gemm_tile(
     wk: &WeightKernels,
     w: &QMatrix,
-    a: Act4<'_>,
+    a: ActRows<'_>,
     (t0, t1): (usize, usize),
     (r0, r1): (usize, usize),
     out: &SharedOut<f32>,
 ) {
     let rows = w.rows;
     let stride = a.stride;
-    let (dot, dot4) = (wk.dot.f, wk.dot4.f);
+    let (dot, dot4, dot8) = (wk.dot.f, wk.dot4.f, wk.dot8.map(|k| k.f));
+    let rows_at = |t: usize, n: usize| ActRows {
+        a: &a.a[t * stride..(t + n) * stride],
+        stride,
+        sc: &a.sc[t * a.sc_stride..(t + n) * a.sc_stride],
+        sc_stride: a.sc_stride,
+        // Eight-token calls start on a group boundary (token tiles are whole groups).
+        sc8: if n == 8 {
+            debug_assert_eq!(t % 8, 0);
+            &a.sc8[t * a.sc_stride..(t + 8) * a.sc_stride]
+        } else {
+            &[]
+        },
+    };
+    let unpacked = wk.dot8_unpacked.map(|(u, d)| (u.f, d.f));
+    let nb = w.cols / w.ty.block_elems();
     let mut rb = r0;
     while rb < r1 {
         let re = (rb + ROW_BLOCK).min(r1);
         let mut t = t0;
+        let write8 = |t: usize, r: usize, o: [f32; 8]| {
+            for (i, v) in o.into_iter().enumerate() {
+                // SAFETY: (t + i, r) is in this tile.
+                unsafe { out.write((t + i) * rows + r, v) };
+            }
+        };
+        if let Some((unpack, dot8u)) = unpacked
+            && t + 8 <= t1
+        {
+            // Unpack the row block once for all the tile's groups of eight tokens.
+            UNPACKED.with_borrow_mut(|buf| {
+                buf.resize((re - rb) * nb, BlockI8::zeroed());
+                for (r, dst) in (rb..re).zip(buf.chunks_exact_mut(nb)) {
+                    // SAFETY: kernels of a supported ISA; `dst` holds one block per block.
+                    unsafe { unpack(w.row(r), dst) };
+                }
+                while t + 8 <= t1 {
+                    let a8 = rows_at(t, 8);
+                    for (r, wu) in (rb..re).zip(buf.chunks_exact(nb)) {
+                        let mut o = [0.0f32; 8];
+                        // SAFETY: as below; `wu` is row `r` unpacked.
+                        unsafe { dot8u(bytemuck::cast_slice(wu), a8, &mut o) };
+                        write8(t, r, o);
+                    }
+                    t += 8;
+                }
+            });
+        } else if let Some(dot8) = dot8 {
+            while t + 8 <= t1 {
+                let a8 = rows_at(t, 8);
+                for r in rb..re {
+                    let mut o = [0.0f32; 8];
+                    // SAFETY: kernels of a supported ISA; `a8` is eight activation rows with
+                    // their scales, the rows ending where the eighth ends.
+                    unsafe { dot8(w.row(r), a8, &mut o) };
+                    write8(t, r, o);
+                }
+                t += 8;
+            }
+        }
         while t + 4 <= t1 {
-            let a4 = Act4 {
-                a: &a.a[t * stride..(t + 4) * stride],
-                stride,
-                sc: &a.sc[t * a.sc_stride..(t + 4) * a.sc_stride],
-                sc_stride: a.sc_stride,
-            };
+            let a4 = rows_at(t, 4);
             for r in rb..re {
                 let mut o = [0.0f32; 4];
                 // SAFETY: kernels of a supported ISA; `a4` is four activation rows with

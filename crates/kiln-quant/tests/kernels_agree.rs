@@ -4,7 +4,7 @@
 //! * activation quantizers: bytes identical to scalar;
 //! * dequantizers: values identical to scalar (bit for bit);
 //! * dot: equal to scalar bit for bit (one canonical summation order, see `scalar::lanes`);
-//! * dot4 (GEMM) and dotr4 (GEMV): equal to the same table's dot bit for bit.
+//! * dot4 / dot8 (GEMM) and dotr4 (GEMV): equal to the same table's dot bit for bit.
 
 mod common;
 
@@ -194,6 +194,34 @@ fn dot4_equals_four_single_dots_bit_for_bit() {
 }
 
 #[test]
+fn dot8_equals_eight_single_dots_bit_for_bit() {
+    for &ty in WEIGHT_TYPES {
+        let act = vec_dot_type(ty).expect("supported");
+        for case in cases(ty, 3) {
+            let n = case.x.len();
+            let mut rng = SeedRng::new(case.seed ^ 0xD08);
+            let rows: Vec<Vec<u8>> = (0..8)
+                .map(|_| quantize(scalar(), act, &random_acts(n, &mut rng)))
+                .collect();
+            let a8 = rows.concat();
+            for k in tables() {
+                let got = k.dot8(ty, &case.w, &a8).expect("dot8");
+                for t in 0..8 {
+                    let one = k.dot(ty, &case.w, &rows[t]).expect("dot");
+                    assert_eq!(
+                        got[t].to_bits(),
+                        one.to_bits(),
+                        "{} dot8 {ty} token {t}: {} vs dot {one}",
+                        k.isa(),
+                        got[t]
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn dotr4_equals_four_single_dots_bit_for_bit() {
     for &ty in WEIGHT_TYPES {
         let act = vec_dot_type(ty).expect("supported");
@@ -324,17 +352,17 @@ fn arbitrary_act_row(act: GgmlType, n_blocks: usize, rng: &mut SeedRng) -> Vec<u
 #[test]
 fn every_isa_dot_equals_scalar_on_arbitrary_activation_bytes() {
     // Quantized activations hold -128 only for non-finite inputs; the sign trick of ggml's
-    // AVX2 code treats it specially, and every ISA must reproduce that (dot, dotr4, dot4).
+    // AVX2 code treats it specially, and every ISA must reproduce that (dot, dotr4, dot4, dot8).
     for &ty in WEIGHT_TYPES.iter().filter(|t| t.block_elems() > 1) {
         let act = vec_dot_type(ty).expect("supported");
         for (seed, nb) in [(1u64, 1usize), (2, 3), (3, 8)] {
             let mut rng = SeedRng::new(seed * 7919 + ty.id() as u64);
             let wrows: Vec<Vec<u8>> = (0..4).map(|_| random_weights(ty, nb, &mut rng)).collect();
             let a_blocks = nb * ty.block_elems() / act.block_elems();
-            let arows: Vec<Vec<u8>> = (0..4)
+            let arows: Vec<Vec<u8>> = (0..8)
                 .map(|_| arbitrary_act_row(act, a_blocks, &mut rng))
                 .collect();
-            let want: Vec<f32> = (0..4)
+            let want: Vec<f32> = (0..8)
                 .map(|t| scalar().dot(ty, &wrows[0], &arows[t]).expect("dot"))
                 .collect();
             let want_rows: Vec<f32> = (0..4)
@@ -346,7 +374,11 @@ fn every_isa_dot_equals_scalar_on_arbitrary_activation_bytes() {
                     let got = k.dot(ty, &wrows[0], &arows[t]).expect("dot");
                     assert_eq!(got.to_bits(), want[t].to_bits(), "{isa} dot {ty} (nb {nb})");
                 }
-                let got4 = k.dot4(ty, &wrows[0], &arows.concat()).expect("dot4");
+                let got4 = k.dot4(ty, &wrows[0], &arows[..4].concat()).expect("dot4");
+                let got8 = k.dot8(ty, &wrows[0], &arows.concat()).expect("dot8");
+                for (t, g) in got8.iter().enumerate() {
+                    assert_eq!(g.to_bits(), want[t].to_bits(), "{isa} dot8 {ty}");
+                }
                 let gotr4 = k.dotr4(ty, &wrows.concat(), &arows[0]).expect("dotr4");
                 for i in 0..4 {
                     assert_eq!(got4[i].to_bits(), want[i].to_bits(), "{isa} dot4 {ty}");

@@ -171,6 +171,12 @@ pub fn render(m: &EngineMetrics, s: &ServerCounters, loading: bool) -> String {
         "Submission to admission.",
         &m.queue_seconds,
     );
+    histogram(
+        &mut o,
+        "kiln_engine_step_seconds",
+        "Duration of a scheduler step (batched forward pass, sampling and sending).",
+        &m.step_seconds,
+    );
     counter(
         &mut o,
         "kiln_http_requests_total",

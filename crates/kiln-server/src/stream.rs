@@ -229,9 +229,11 @@ impl SseState {
                 self.ctx
                     .record_logprobs(&mut out, self.offsets[slot], id, logprob, &top);
                 self.offsets[slot] += text.len();
-                if text.is_empty() && !self.ctx.logprobs {
-                    return;
-                }
+                // One chunk per generated token, also when the token completes no character
+                // yet (the first bytes of a multi-byte one: empty `content`, the bytes follow
+                // with the token that completes them). A stream thus shows every token as
+                // it is produced, and a client's inter-chunk gap is the server's inter-token
+                // gap (the convoy suite's head-of-line figure reads exactly that).
                 let chunk = match self.ctx.kind {
                     Kind::Completion => self.ctx.completion_chunk(
                         index,

@@ -85,6 +85,18 @@ pub enum TokenizerError {
     MergeOutOfVocabulary { index: usize, token: String },
 
     /// A tokenizer file could not be read.
+    /// A vocabulary exported to GGUF metadata encodes a text differently from the
+    /// tokenizer.json it came from (a pre-tokenizer or normalizer GGUF cannot express).
+    #[error(
+        "the GGUF form of this tokenizer.json encodes {text:?} as {gguf:?}, not {tokenizer_json:?}; \
+         the tokenizer cannot be written to GGUF faithfully"
+    )]
+    ExportMismatch {
+        text: String,
+        tokenizer_json: Vec<u32>,
+        gguf: Vec<u32>,
+    },
+
     #[error("cannot read {}: {source}", path.display())]
     Io {
         path: std::path::PathBuf,

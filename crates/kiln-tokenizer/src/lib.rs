@@ -8,7 +8,9 @@
 //!
 //! **Owns:** vocabularies read from GGUF metadata ([`Tokenizer::from_gguf`]) or from any
 //! other source ([`Tokenizer::from_vocab`]), encoding, decoding (whole and streamed), the
-//! Unicode class tables the pre-tokenizers split by.
+//! Unicode class tables the pre-tokenizers split by, and the export of a tokenizer.json
+//! vocabulary as `tokenizer.ggml.*` metadata ([`gguf_metadata_from_hf_dir`], proved to
+//! encode alike before it is returned).
 //!
 //! **Must never:** see weights or run a model, read files other than through
 //! `kiln-format`'s metadata, panic on any input text or id, or silently fall back to
@@ -40,7 +42,7 @@ mod unicode_data;
 
 pub use decode::StreamDecoder;
 pub use error::TokenizerError;
-pub use hf::HfTokenizerConfig;
+pub use hf::{EXPORT_PROBES, HfTokenizerConfig, gguf_metadata_from_hf_dir};
 pub use pretok::PreTokenizer;
 
 use std::path::Path;

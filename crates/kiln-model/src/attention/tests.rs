@@ -47,9 +47,15 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-/// The first-light attention over contiguous f16 K/V (token-major rows of all KV heads):
-/// f16 query, sequential f32 dot of exact products, online softmax, f16 accumulator.
-fn plain_f16(cfg: &ModelConfig, shape: &AttnShape, q: &[f32], k: &[f16], v: &[f16]) -> Vec<f32> {
+/// The one-row attention over contiguous f16 K/V (token-major rows of all KV heads): f16
+/// query, sequential f32 dot of exact products, online softmax, f16 accumulator.
+fn plain_f16_one_row(
+    cfg: &ModelConfig,
+    shape: &AttnShape,
+    q: &[f32],
+    k: &[f16],
+    v: &[f16],
+) -> Vec<f32> {
     let (nh, hd, hdv) = (cfg.n_head, cfg.head_dim, cfg.head_dim_v);
     let group = nh / cfg.n_head_kv;
     let (kd, vd) = (cfg.k_dim(), cfg.v_dim());
@@ -108,6 +114,70 @@ fn plain_f16(cfg: &ModelConfig, shape: &AttnShape, q: &[f32], k: &[f16], v: &[f1
     out
 }
 
+/// The prompt attention over contiguous f16 K/V (token-major rows of all KV heads): f32
+/// query, sequential fused dot with the widened keys, online softmax, f32 accumulator over
+/// the widened values (llama.cpp's tiled flash attention arithmetic, per key).
+fn plain_f16_prompt(
+    cfg: &ModelConfig,
+    shape: &AttnShape,
+    q: &[f32],
+    k: &[f16],
+    v: &[f16],
+) -> Vec<f32> {
+    let (nh, hd, hdv) = (cfg.n_head, cfg.head_dim, cfg.head_dim_v);
+    let group = nh / cfg.n_head_kv;
+    let (kd, vd) = (cfg.k_dim(), cfg.v_dim());
+    let scale = cfg.attn_scale / cfg.attn_softcap.unwrap_or(1.0);
+    let mut out = vec![0.0; shape.n_tokens * nh * hdv];
+    for t in 0..shape.n_tokens {
+        let pos = shape.pos0 + t;
+        let first = match shape.window {
+            Some(w) if pos + 1 > w => pos + 1 - w,
+            _ => 0,
+        };
+        for h in 0..nh {
+            let g = h / group;
+            let qh = &q[t * nh * hd + h * hd..][..hd];
+            let mut acc = vec![0.0f32; hdv];
+            let (mut max, mut sum) = (f32::NEG_INFINITY, 0.0f32);
+            for j in first..=pos {
+                let kj = &k[j * kd + g * hd..][..hd];
+                let mut s = qh
+                    .iter()
+                    .zip(kj)
+                    .fold(-0.0f32, |acc, (a, b)| a.mul_add(b.to_f32(), acc));
+                s *= scale;
+                if let Some(c) = cfg.attn_softcap {
+                    s = c * s.tanh();
+                }
+                let vj = &v[j * vd + g * hdv..][..hdv];
+                if s > max {
+                    let ms = (max - s).exp();
+                    max = s;
+                    for a in acc.iter_mut() {
+                        *a *= ms;
+                    }
+                    for (a, x) in acc.iter_mut().zip(vj) {
+                        *a = x.to_f32().mul_add(1.0, *a);
+                    }
+                    sum = sum * ms + 1.0;
+                } else {
+                    let vs = (s - max).exp();
+                    for (a, x) in acc.iter_mut().zip(vj) {
+                        *a = x.to_f32().mul_add(vs, *a);
+                    }
+                    sum += vs;
+                }
+            }
+            let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+            for (o, a) in out[t * nh * hdv + h * hdv..][..hdv].iter_mut().zip(&acc) {
+                *o = a * inv;
+            }
+        }
+    }
+    out
+}
+
 /// The same with an f32 accumulator over f32 (or dequantized) V rows. `dot(h, t, j)` is the
 /// raw score of query head `h` of token `t` against the key at position `j`.
 fn plain_f32(
@@ -154,6 +224,8 @@ fn plain_f32(
 }
 
 struct Case {
+    /// Run the prompt arithmetic (for an f16 cache) rather than the one-row one.
+    prompt: bool,
     cfg: ModelConfig,
     opts: KvOptions,
     n_ctx: usize,
@@ -181,6 +253,7 @@ impl Case {
             rotation: false,
         };
         Case {
+            prompt: false,
             k: values(n_ctx * cfg.k_dim(), seed),
             v: values(n_ctx * cfg.v_dim(), seed + 1),
             q: values(n_ctx * cfg.q_dim(), seed + 2),
@@ -246,7 +319,7 @@ impl Case {
             let q = &self.q[t * qd..(t + n) * qd];
             let o = &mut out[(t - pos0) * hv..(t - pos0 + n) * hv];
             match isa {
-                None => attention(&self.cfg, &shape, q, &view, &mut scratch, o),
+                None => attention(&self.cfg, &shape, q, &view, &mut scratch, o, self.prompt),
                 Some(i) => attention_with(
                     attn_kernels_for(i).expect("isa"),
                     &self.cfg,
@@ -255,6 +328,7 @@ impl Case {
                     &view,
                     &mut scratch,
                     o,
+                    self.prompt,
                 ),
             }
             .expect("attention");
@@ -269,7 +343,7 @@ fn bits(x: &[f32]) -> Vec<u32> {
 }
 
 #[test]
-fn paged_f16_attention_equals_the_first_light_arithmetic_bit_for_bit() {
+fn paged_f16_attention_equals_llama_cpps_one_row_and_prompt_arithmetic_bit_for_bit() {
     let shapes = [
         (9, 3, 64, 64, None),
         (4, 1, 256, 256, None),
@@ -284,7 +358,7 @@ fn paged_f16_attention_equals_the_first_light_arithmetic_bit_for_bit() {
             (32, 40, 39, 1, None),
             (16, 100, 3, 33, Some(40)),
         ] {
-            let case = Case::new(
+            let mut case = Case::new(
                 config(nh, nkv, hd, hdv, cap),
                 KvType::F16,
                 KvType::F16,
@@ -299,19 +373,21 @@ fn paged_f16_attention_equals_the_first_light_arithmetic_bit_for_bit() {
                 n_tokens: n_ctx - pos0,
                 window,
             };
-            let want = plain_f16(
-                &case.cfg,
-                &shape,
-                &case.q[pos0 * case.cfg.q_dim()..],
-                &k16,
-                &v16,
-            );
-            let got = case.paged(pos0, batch, window, None);
-            assert_eq!(
-                bits(&got),
-                bits(&want),
-                "shape {i}, bs {bs}, batch {batch}, window {window:?}"
-            );
+            let q = &case.q[pos0 * case.cfg.q_dim()..];
+            for prompt in [false, true] {
+                let want = if prompt {
+                    plain_f16_prompt(&case.cfg, &shape, q, &k16, &v16)
+                } else {
+                    plain_f16_one_row(&case.cfg, &shape, q, &k16, &v16)
+                };
+                case.prompt = prompt;
+                let got = case.paged(pos0, batch, window, None);
+                assert_eq!(
+                    bits(&got),
+                    bits(&want),
+                    "shape {i}, bs {bs}, batch {batch}, window {window:?}, prompt {prompt}"
+                );
+            }
         }
     }
 }
@@ -410,14 +486,39 @@ fn quantized_key_pages_use_the_integer_dot_of_the_quantized_query() {
 
 #[test]
 fn results_do_not_depend_on_batch_threads_or_isa() {
-    let case = Case::new(
-        config(9, 3, 64, 64, None),
-        KvType::F16,
-        KvType::F16,
-        16,
-        90,
-        5,
+    for prompt in [false, true] {
+        let mut case = Case::new(
+            config(9, 3, 64, 64, None),
+            KvType::F16,
+            KvType::F16,
+            16,
+            90,
+            5,
+        );
+        case.prompt = prompt;
+        f16_results_do_not_depend_on_batch_threads_or_isa(&case);
+    }
+    let f32case = Case::new(
+        config(4, 4, 48, 48, None),
+        KvType::F32,
+        KvType::F32,
+        8,
+        30,
+        6,
     );
+    let a = f32case.paged(0, 30, None, Some(Isa::Scalar));
+    for isa in Isa::ALL {
+        if attn_kernels_for(isa).is_some() {
+            assert_eq!(
+                bits(&f32case.paged(0, 30, None, Some(isa))),
+                bits(&a),
+                "f32 {isa}"
+            );
+        }
+    }
+}
+
+fn f16_results_do_not_depend_on_batch_threads_or_isa(case: &Case) {
     let whole = case.paged(0, 90, None, None);
     assert_eq!(
         bits(&case.paged(0, 1, None, None)),
@@ -453,24 +554,6 @@ fn results_do_not_depend_on_batch_threads_or_isa() {
                 bits(&case.paged(0, 90, None, Some(isa))),
                 bits(&whole),
                 "{isa}"
-            );
-        }
-    }
-    let f32case = Case::new(
-        config(4, 4, 48, 48, None),
-        KvType::F32,
-        KvType::F32,
-        8,
-        30,
-        6,
-    );
-    let a = f32case.paged(0, 30, None, Some(Isa::Scalar));
-    for isa in Isa::ALL {
-        if attn_kernels_for(isa).is_some() {
-            assert_eq!(
-                bits(&f32case.paged(0, 30, None, Some(isa))),
-                bits(&a),
-                "f32 {isa}"
             );
         }
     }

@@ -125,14 +125,13 @@ unsafe fn load_f32x8(p: *const f32) -> __m256 {
     unsafe { _mm256_loadu_ps(p) }
 }
 
-/// One slot's sequential f16 score (the scalar oracle's loop; exact products, so the plain
-/// add equals the fused step).
+/// One slot's sequential f16 score (the scalar oracle's loop of fused steps).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn tail_f16(q: &[f32], k: &[f16], page: usize, bs: usize, slot: usize) -> f32 {
     let mut acc = -0.0f32;
     for (d, &qd) in q.iter().enumerate() {
-        acc += qd * k[page + d * bs + slot].to_f32();
+        acc = qd.mul_add(k[page + d * bs + slot].to_f32(), acc);
     }
     acc
 }
@@ -232,7 +231,41 @@ unsafe fn accum_f16_regs<const N: usize>(
     }
 }
 
-/// As [`accum_f16_regs`] for an f32 accumulator.
+/// Value elements an f32 accumulator can take eight at a time (widened exactly).
+trait Value8: Copy {
+    /// Eight values at `p` as f32.
+    ///
+    /// # Safety
+    /// `p..p + 8` must be readable.
+    unsafe fn load8(p: *const Self) -> __m256;
+    fn widen(self) -> f32;
+}
+
+impl Value8 for f32 {
+    #[inline(always)]
+    unsafe fn load8(p: *const f32) -> __m256 {
+        // SAFETY: the caller's contract.
+        unsafe { load_f32x8(p) }
+    }
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+}
+
+impl Value8 for f16 {
+    #[inline(always)]
+    unsafe fn load8(p: *const f16) -> __m256 {
+        // SAFETY: the caller's contract.
+        unsafe { load_f16x8(p) }
+    }
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+}
+
+/// As [`accum_f16_regs`] for an f32 accumulator over f32 or f16 values (widened exactly).
 ///
 /// # Safety
 /// As [`accum_f16_regs`].
@@ -241,7 +274,7 @@ unsafe fn accum_f16_regs<const N: usize>(
 #[allow(clippy::too_many_arguments)]
 unsafe fn accum_f32_regs<const N: usize>(
     acc: &mut [f32],
-    v: &[f32],
+    v: &[impl Value8],
     pages: &[usize],
     bs: usize,
     first: usize,
@@ -269,7 +302,7 @@ unsafe fn accum_f32_regs<const N: usize>(
         let wv = _mm256_set1_ps(w);
         for (j, aj) in a.iter_mut().enumerate() {
             // SAFETY: as in `accum_f16_regs`.
-            let x = unsafe { _mm256_loadu_ps(vp.add(row + 8 * j)) };
+            let x = unsafe { Value8::load8(vp.add(row + 8 * j)) };
             *aj = _mm256_fmadd_ps(x, wv, *aj);
         }
     }
@@ -280,11 +313,11 @@ unsafe fn accum_f32_regs<const N: usize>(
 }
 
 macro_rules! accum_kernel {
-    ($name:ident, $elem:ty, $regs:ident, $scalar_step:expr) => {
+    ($name:ident, $acc:ty, $val:ty, $regs:ident, $scalar_step:expr) => {
         #[target_feature(enable = "avx2,fma,f16c")]
         pub(super) fn $name(
-            acc: &mut [$elem],
-            v: &[$elem],
+            acc: &mut [$acc],
+            v: &[$val],
             pages: &[usize],
             bs: usize,
             first: usize,
@@ -307,7 +340,7 @@ macro_rules! accum_kernel {
                 let mut rows = Rows::new(pages, bs, dv, first);
                 for (&m, &w) in ms.iter().zip(vs) {
                     let row = rows.next_row();
-                    let step: fn(&mut $elem, $elem, f32, f32) = $scalar_step;
+                    let step: fn(&mut $acc, $val, f32, f32) = $scalar_step;
                     for d in d0..dv {
                         step(&mut acc[d], v[row + d], m, w);
                     }
@@ -317,16 +350,22 @@ macro_rules! accum_kernel {
     };
 }
 
-accum_kernel!(accum_f16, f16, accum_f16_regs, |a, x, m, w| {
+accum_kernel!(accum_f16, f16, f16, accum_f16_regs, |a, x, m, w| {
     let mut y = a.to_f32();
     if m != 1.0 {
         y = f16::from_f32(y * m).to_f32();
     }
     *a = f16::from_f32(x.to_f32().mul_add(w, y));
 });
-accum_kernel!(accum_f32, f32, accum_f32_regs, |a, x, m, w| {
+accum_kernel!(accum_f32, f32, f32, accum_f32_regs, |a, x, m, w| {
     if m != 1.0 {
         *a *= m;
     }
-    *a = x.mul_add(w, *a);
+    *a = x.widen().mul_add(w, *a);
+});
+accum_kernel!(accum_f16_f32, f32, f16, accum_f32_regs, |a, x, m, w| {
+    if m != 1.0 {
+        *a *= m;
+    }
+    *a = x.widen().mul_add(w, *a);
 });

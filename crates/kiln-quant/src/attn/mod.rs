@@ -71,6 +71,16 @@ pub(crate) type AccumF32Fn = unsafe fn(
     ms: &[f32],
     vs: &[f32],
 );
+/// Accumulates f16 value rows into an f32 accumulator (as [`AccumF32Fn`]).
+pub(crate) type AccumF16F32Fn = unsafe fn(
+    acc: &mut [f32],
+    v: &[f16],
+    pages: &[usize],
+    bs: usize,
+    first: usize,
+    ms: &[f32],
+    vs: &[f32],
+);
 pub(crate) type RoundFn = unsafe fn(x: &[f32], out: &mut [f32]);
 
 /// The attention kernels of one instruction set. The `unsafe fn` entries require the CPU to
@@ -83,6 +93,7 @@ pub struct AttnKernels {
     scores_f32: (Isa, ScoresF32Fn),
     accum_f16: (Isa, AccumF16Fn),
     accum_f32: (Isa, AccumF32Fn),
+    accum_f16_f32: (Isa, AccumF16F32Fn),
 }
 
 static SCALAR: AttnKernels = AttnKernels {
@@ -92,6 +103,7 @@ static SCALAR: AttnKernels = AttnKernels {
     scores_f32: (Isa::Scalar, scalar::scores_f32),
     accum_f16: (Isa::Scalar, scalar::accum_f16),
     accum_f32: (Isa::Scalar, scalar::accum_f32),
+    accum_f16_f32: (Isa::Scalar, scalar::accum_f16_f32),
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -102,6 +114,7 @@ static AVX2: AttnKernels = AttnKernels {
     scores_f32: (Isa::Avx2, avx2::scores_f32),
     accum_f16: (Isa::Avx2, avx2::accum_f16),
     accum_f32: (Isa::Avx2, avx2::accum_f32),
+    accum_f16_f32: (Isa::Avx2, avx2::accum_f16_f32),
 };
 
 /// The attention kernels for `isa`, if this CPU has it and Kiln has kernels for it (the
@@ -157,6 +170,7 @@ impl AttnKernels {
             ("scores_f32", self.scores_f32.0),
             ("accum_f16", self.accum_f16.0),
             ("accum_f32", self.accum_f32.0),
+            ("accum_f16_f32", self.accum_f16_f32.0),
         ]
     }
 
@@ -256,6 +270,30 @@ impl AttnKernels {
         check_accum(acc.len(), v.len(), pages, bs, first, ms, vs);
         // SAFETY: as in `scores_f16`.
         unsafe { (self.accum_f32.1)(acc, v, pages, bs, first, ms, vs) }
+    }
+}
+
+impl AttnKernels {
+    /// [`AttnKernels::accum_f32`] over f16 value rows (each widened exactly): `acc = acc · ms`
+    /// if `ms ≠ 1`, then `acc = fma(f32(v), vs, acc)` — the f32 accumulator of ggml's tiled
+    /// flash attention, over an f16 cache.
+    ///
+    /// # Panics
+    /// As [`AttnKernels::accum_f16`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn accum_f16_f32(
+        &self,
+        acc: &mut [f32],
+        v: &[f16],
+        pages: &[usize],
+        bs: usize,
+        first: usize,
+        ms: &[f32],
+        vs: &[f32],
+    ) {
+        check_accum(acc.len(), v.len(), pages, bs, first, ms, vs);
+        // SAFETY: as in `scores_f16`.
+        unsafe { (self.accum_f16_f32.1)(acc, v, pages, bs, first, ms, vs) }
     }
 }
 

@@ -25,10 +25,11 @@ pub(super) fn scores_f16(
 ) {
     for (&page, out) in pages.iter().zip(out.chunks_exact_mut(bs)) {
         for (slot, o) in out.iter_mut().enumerate() {
-            // Products of two f16 values are exact in f32: `acc + q·k` is the fused step.
+            // Fused steps (for an f16-rounded query the products are exact in f32, and the
+            // fused step is also the plain `acc + q·k`).
             let mut acc = -0.0f32;
             for (d, &qd) in q.iter().enumerate() {
-                acc += qd * k[page + d * bs + slot].to_f32();
+                acc = qd.mul_add(k[page + d * bs + slot].to_f32(), acc);
             }
             *o = acc * scale;
         }
@@ -73,6 +74,29 @@ pub(super) fn accum_f16(
         }
         for (a, x) in acc.iter_mut().zip(&v[row..row + dv]) {
             *a = f16::from_f32(x.to_f32().mul_add(w, a.to_f32()));
+        }
+    }
+}
+
+pub(super) fn accum_f16_f32(
+    acc: &mut [f32],
+    v: &[f16],
+    pages: &[usize],
+    bs: usize,
+    first: usize,
+    ms: &[f32],
+    vs: &[f32],
+) {
+    let dv = acc.len();
+    for (i, (&m, &w)) in ms.iter().zip(vs).enumerate() {
+        let row = row_start(pages, bs, first + i, dv);
+        if m != 1.0 {
+            for a in acc.iter_mut() {
+                *a *= m;
+            }
+        }
+        for (a, x) in acc.iter_mut().zip(&v[row..row + dv]) {
+            *a = x.to_f32().mul_add(w, *a);
         }
     }
 }

@@ -74,6 +74,9 @@ fn check_case(hd: usize, dv: usize, bs: usize, n_pages: usize, seed: u64) {
     SCALAR.scores_f16(&q16, &k16, &pages, bs, scale, &mut want16);
     let mut want32 = vec![0.0; n_pages * bs];
     SCALAR.scores_f32(&q, &k32, &pages, bs, scale, &mut want32);
+    // An f32 query against f16 keys (the arithmetic Kiln's attention uses).
+    let mut want16q = vec![0.0; n_pages * bs];
+    SCALAR.scores_f16(&q, &k16, &pages, bs, scale, &mut want16q);
 
     // Weights as the softmax would produce them: a few rescales among ordinary steps.
     let n_keys = n_pages * bs;
@@ -94,6 +97,8 @@ fn check_case(hd: usize, dv: usize, bs: usize, n_pages: usize, seed: u64) {
     SCALAR.accum_f16(&mut want_a16, &v16, &vpages, bs, first, &ms, &vs);
     let mut want_a32 = acc0.clone();
     SCALAR.accum_f32(&mut want_a32, &v32, &vpages, bs, first, &ms, &vs);
+    let mut want_a16_32 = acc0.clone();
+    SCALAR.accum_f16_f32(&mut want_a16_32, &v16, &vpages, bs, first, &ms, &vs);
 
     for k in fast_tables() {
         let mut r = vec![0.0; hd];
@@ -105,6 +110,13 @@ fn check_case(hd: usize, dv: usize, bs: usize, n_pages: usize, seed: u64) {
             bits(&got),
             bits(&want16),
             "{} scores_f16 hd {hd} bs {bs}",
+            k.isa()
+        );
+        k.scores_f16(&q, &k16, &pages, bs, scale, &mut got);
+        assert_eq!(
+            bits(&got),
+            bits(&want16q),
+            "{} scores_f16 (f32 query) hd {hd} bs {bs}",
             k.isa()
         );
         k.scores_f32(&q, &k32, &pages, bs, scale, &mut got);
@@ -125,6 +137,14 @@ fn check_case(hd: usize, dv: usize, bs: usize, n_pages: usize, seed: u64) {
         let mut a32 = acc0.clone();
         k.accum_f32(&mut a32, &v32, &vpages, bs, first, &ms, &vs);
         assert_eq!(bits(&a32), bits(&want_a32), "{} accum_f32 dv {dv}", k.isa());
+        let mut a32 = acc0.clone();
+        k.accum_f16_f32(&mut a32, &v16, &vpages, bs, first, &ms, &vs);
+        assert_eq!(
+            bits(&a32),
+            bits(&want_a16_32),
+            "{} accum_f16_f32 dv {dv} bs {bs} keys {first}+{n}",
+            k.isa()
+        );
     }
     q.clear();
 }

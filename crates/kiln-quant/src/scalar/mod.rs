@@ -8,12 +8,12 @@ pub(crate) mod dot_k;
 pub(crate) mod lanes;
 
 use crate::isa::Isa;
-use crate::kernels::{Act4, Imp, Kernels, WeightKernels};
+use crate::kernels::{ActRows, Imp, Kernels, WeightKernels};
 
 /// A four-row dot made of four single dots (bit-identical to them by construction).
 macro_rules! dot4_of {
     ($name:ident, $dot:path) => {
-        pub(crate) fn $name(w: &[u8], a: Act4<'_>, out: &mut [f32; 4]) {
+        pub(crate) fn $name(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
             let len = a.a.len() - 3 * a.stride;
             for (t, o) in out.iter_mut().enumerate() {
                 *o = $dot(w, a.row(t, len));
@@ -89,90 +89,120 @@ pub(crate) static KERNELS: Kernels = Kernels {
             dot: s(dot::dot_f32),
             dotr4: s(dotr4_f32),
             dot4: s(dot4_f32),
+            dot8: None,
+            dot8_unpacked: None,
         },
         WeightKernels {
             dequant: s(dequant::dequant_f16),
             dot: s(dot::dot_f16),
             dotr4: s(dotr4_f16),
             dot4: s(dot4_f16),
+            dot8: None,
+            dot8_unpacked: None,
         },
         WeightKernels {
             dequant: s(dequant::dequant_bf16),
             dot: s(dot::dot_bf16),
             dotr4: s(dotr4_bf16),
             dot4: s(dot4_bf16),
+            dot8: None,
+            dot8_unpacked: None,
         },
         WeightKernels {
             dequant: s(dequant::dequant_q4_0),
             dot: s(dot::dot_q4_0),
             dotr4: s(dotr4_q4_0),
             dot4: s(dot4_q4_0),
+            dot8: None,
+            dot8_unpacked: None,
         },
         WeightKernels {
             dequant: s(dequant::dequant_q4_1),
             dot: s(dot::dot_q4_1),
             dotr4: s(dotr4_q4_1),
             dot4: s(dot4_q4_1),
+            dot8: None,
+            dot8_unpacked: None,
         },
         WeightKernels {
             dequant: s(dequant::dequant_q5_0),
             dot: s(dot::dot_q5_0),
             dotr4: s(dotr4_q5_0),
             dot4: s(dot4_q5_0),
+            dot8: None,
+            dot8_unpacked: None,
         },
         WeightKernels {
             dequant: s(dequant::dequant_q8_0),
             dot: s(dot::dot_q8_0),
             dotr4: s(dotr4_q8_0),
             dot4: s(dot4_q8_0),
+            dot8: None,
+            dot8_unpacked: None,
         },
         WeightKernels {
             dequant: s(dequant::dequant_q4_k),
             dot: s(dot::dot_q4_k),
             dotr4: s(dotr4_q4_k),
             dot4: s(dot4_q4_k),
+            dot8: None,
+            dot8_unpacked: None,
         },
         WeightKernels {
             dequant: s(dequant::dequant_q6_k),
             dot: s(dot::dot_q6_k),
             dotr4: s(dotr4_q6_k),
             dot4: s(dot4_q6_k),
+            dot8: None,
+            dot8_unpacked: None,
         },
         WeightKernels {
             dequant: s(dequant::dequant_q5_1),
             dot: s(dot::dot_q5_1),
             dotr4: s(dotr4_q5_1),
             dot4: s(dot4_q5_1),
+            dot8: None,
+            dot8_unpacked: None,
         },
         WeightKernels {
             dequant: s(dequant::dequant_q2_k),
             dot: s(dot_k::dot_q2_k),
             dotr4: s(dotr4_q2_k),
             dot4: s(dot4_q2_k),
+            dot8: None,
+            dot8_unpacked: None,
         },
         WeightKernels {
             dequant: s(dequant::dequant_q3_k),
             dot: s(dot_k::dot_q3_k),
             dotr4: s(dotr4_q3_k),
             dot4: s(dot4_q3_k),
+            dot8: None,
+            dot8_unpacked: None,
         },
         WeightKernels {
             dequant: s(dequant::dequant_q5_k),
             dot: s(dot_k::dot_q5_k),
             dotr4: s(dotr4_q5_k),
             dot4: s(dot4_q5_k),
+            dot8: None,
+            dot8_unpacked: None,
         },
         WeightKernels {
             dequant: s(dequant::dequant_iq4_nl),
             dot: s(dot::dot_iq4_nl),
             dotr4: s(dotr4_iq4_nl),
             dot4: s(dot4_iq4_nl),
+            dot8: None,
+            dot8_unpacked: None,
         },
         WeightKernels {
             dequant: s(dequant::dequant_iq4_xs),
             dot: s(dot_k::dot_iq4_xs),
             dotr4: s(dotr4_iq4_xs),
             dot4: s(dot4_iq4_xs),
+            dot8: None,
+            dot8_unpacked: None,
         },
     ],
 };

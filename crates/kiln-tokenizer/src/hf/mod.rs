@@ -13,6 +13,7 @@ mod added;
 mod bpe;
 pub(crate) mod config;
 mod decoder;
+mod export;
 mod json;
 mod normalizer;
 mod pretok;
@@ -24,6 +25,7 @@ use crate::unicode::char_to_byte;
 use crate::{SpecialIds, Tokenizer, TokenizerError, VocabKind, attr};
 
 pub use config::HfTokenizerConfig;
+pub use export::{PROBES as EXPORT_PROBES, gguf_metadata_from_hf_dir};
 
 use added::{AddedVocab, Split};
 use bpe::HfBpe;

@@ -6,7 +6,9 @@ mod avx2;
 use avx2::{dequant, dot_k, dot_k2, float, legacy, legacy2};
 
 use crate::isa::Isa;
-use crate::kernels::{ActFn, DequantFn, Dot4Fn, DotFn, DotRowsFn, Imp, Kernels, WeightKernels};
+use crate::kernels::{
+    ActFn, DequantFn, Dot4Fn, Dot8Fn, DotFn, DotRowsFn, Imp, Kernels, UnpackFn, WeightKernels,
+};
 use crate::scalar;
 
 const fn v(f: ActFn) -> Imp<ActFn> {
@@ -32,7 +34,36 @@ const fn w(dequant: DequantFn, dot: DotFn, dotr4: DotRowsFn, dot4: Dot4Fn) -> We
             isa: Isa::Avx2,
             f: dot4,
         },
+        dot8: None,
+        dot8_unpacked: None,
     }
+}
+
+/// [`w`] with an eight-token GEMM micro-kernel over rows unpacked once per token tile.
+const fn w8u(
+    dequant: DequantFn,
+    dot: DotFn,
+    dotr4: DotRowsFn,
+    dot4: Dot4Fn,
+    unpack: UnpackFn,
+    dot8: Dot8Fn,
+) -> WeightKernels {
+    let mut k = w(dequant, dot, dotr4, dot4);
+    k.dot8_unpacked = Some((a(unpack), a(dot8)));
+    k
+}
+
+/// [`w`] with an eight-token GEMM micro-kernel.
+const fn w8(
+    dequant: DequantFn,
+    dot: DotFn,
+    dotr4: DotRowsFn,
+    dot4: Dot4Fn,
+    dot8: Dot8Fn,
+) -> WeightKernels {
+    let mut k = w(dequant, dot, dotr4, dot4);
+    k.dot8 = Some(a(dot8));
+    k
 }
 
 /// An AVX2 kernel.
@@ -76,6 +107,8 @@ pub(crate) static AVX2: Kernels = Kernels {
                 isa: Isa::Avx2,
                 f: float::dot4_f32,
             },
+            dot8: None,
+            dot8_unpacked: None,
         },
         w(
             dequant::dequant_f16,
@@ -89,41 +122,49 @@ pub(crate) static AVX2: Kernels = Kernels {
             float::dotr4_bf16,
             float::dot4_bf16,
         ),
-        w(
+        w8u(
             dequant::dequant_q4_0,
             legacy::dot_q4_0,
             legacy::dotr4_q4_0,
             legacy::dot4_q4_0,
+            legacy::unpack_q4_0,
+            legacy::dot8_i8,
         ),
-        w(
+        w8(
             dequant::dequant_q4_1,
             legacy::dot_q4_1,
             legacy::dotr4_q4_1,
             legacy::dot4_q4_1,
+            legacy::dot8_q4_1,
         ),
-        w(
+        w8u(
             dequant::dequant_q5_0,
             legacy::dot_q5_0,
             legacy::dotr4_q5_0,
             legacy::dot4_q5_0,
+            legacy::unpack_q5_0,
+            legacy::dot8_i8,
         ),
-        w(
+        w8(
             dequant::dequant_q8_0,
             legacy::dot_q8_0,
             legacy::dotr4_q8_0,
             legacy::dot4_q8_0,
+            legacy::dot8_q8_0,
         ),
-        w(
+        w8(
             dequant::dequant_q4_k,
             dot_k::dot_q4_k,
             dot_k::dotr4_q4_k,
             dot_k::dot4_q4_k,
+            dot_k::dot8_q4_k,
         ),
-        w(
+        w8(
             dequant::dequant_q6_k,
             dot_k::dot_q6_k,
             dot_k::dotr4_q6_k,
             dot_k::dot4_q6_k,
+            dot_k::dot8_q6_k,
         ),
         // Dequantization: the scalar kernel (not on a hot path for this type).
         WeightKernels {
@@ -131,6 +172,8 @@ pub(crate) static AVX2: Kernels = Kernels {
             dot: a(legacy2::dot_q5_1),
             dotr4: a(legacy2::dotr4_q5_1),
             dot4: a(legacy2::dot4_q5_1),
+            dot8: None,
+            dot8_unpacked: None,
         },
         // Dequantization: the scalar kernel (not on a hot path for this type).
         WeightKernels {
@@ -138,6 +181,8 @@ pub(crate) static AVX2: Kernels = Kernels {
             dot: a(dot_k2::dot_q2_k),
             dotr4: a(dot_k2::dotr4_q2_k),
             dot4: a(dot_k2::dot4_q2_k),
+            dot8: None,
+            dot8_unpacked: None,
         },
         // Dequantization: the scalar kernel (not on a hot path for this type).
         WeightKernels {
@@ -145,6 +190,8 @@ pub(crate) static AVX2: Kernels = Kernels {
             dot: a(dot_k2::dot_q3_k),
             dotr4: a(dot_k2::dotr4_q3_k),
             dot4: a(dot_k2::dot4_q3_k),
+            dot8: None,
+            dot8_unpacked: None,
         },
         // Dequantization: the scalar kernel (not on a hot path for this type).
         WeightKernels {
@@ -152,6 +199,8 @@ pub(crate) static AVX2: Kernels = Kernels {
             dot: a(dot_k2::dot_q5_k),
             dotr4: a(dot_k2::dotr4_q5_k),
             dot4: a(dot_k2::dot4_q5_k),
+            dot8: None,
+            dot8_unpacked: None,
         },
         // Dequantization: the scalar kernel (not on a hot path for this type).
         WeightKernels {
@@ -159,6 +208,8 @@ pub(crate) static AVX2: Kernels = Kernels {
             dot: a(legacy2::dot_iq4_nl),
             dotr4: a(legacy2::dotr4_iq4_nl),
             dot4: a(legacy2::dot4_iq4_nl),
+            dot8: None,
+            dot8_unpacked: None,
         },
         // Dequantization: the scalar kernel (not on a hot path for this type).
         WeightKernels {
@@ -166,6 +217,8 @@ pub(crate) static AVX2: Kernels = Kernels {
             dot: a(dot_k2::dot_iq4_xs),
             dotr4: a(dot_k2::dotr4_iq4_xs),
             dot4: a(dot_k2::dot4_iq4_xs),
+            dot8: None,
+            dot8_unpacked: None,
         },
     ],
 };

@@ -9,7 +9,7 @@ use std::arch::aarch64::*;
 use super::legacy::{rows4, weight_rows};
 use super::util::*;
 use crate::blocks::{BlockQ4K, BlockQ6K, BlockQ8K, QK_K, as_blocks, q4k_scales_mins};
-use crate::kernels::Act4;
+use crate::kernels::ActRows;
 
 /// The 16 `bsums` of a Q8_K block as two `i16x8`.
 #[inline]
@@ -140,7 +140,7 @@ pub(crate) unsafe fn dotr4_q4_k<const DP: bool>(
 /// # Safety
 /// The CPU must have NEON and, for `DP = true`, `dotprod`.
 #[target_feature(enable = "neon")]
-pub(crate) unsafe fn dot4_q4_k<const DP: bool>(w: &[u8], a: Act4<'_>, out: &mut [f32; 4]) {
+pub(crate) unsafe fn dot4_q4_k<const DP: bool>(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
     let w: &[BlockQ4K] = as_blocks(w);
     let ys = rows4::<BlockQ8K>(&a, w.len());
     *out = tile_q4_k::<1, 4, DP>([w], ys)[0];
@@ -258,7 +258,7 @@ pub(crate) unsafe fn dotr4_q6_k<const DP: bool>(
 /// # Safety
 /// The CPU must have NEON and, for `DP = true`, `dotprod`.
 #[target_feature(enable = "neon")]
-pub(crate) unsafe fn dot4_q6_k<const DP: bool>(w: &[u8], a: Act4<'_>, out: &mut [f32; 4]) {
+pub(crate) unsafe fn dot4_q6_k<const DP: bool>(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
     let w: &[BlockQ6K] = as_blocks(w);
     let ys = rows4::<BlockQ8K>(&a, w.len());
     *out = tile_q6_k::<1, 4, DP>([w], ys)[0];

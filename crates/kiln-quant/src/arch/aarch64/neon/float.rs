@@ -9,7 +9,7 @@ use std::arch::aarch64::*;
 
 use super::util::*;
 use crate::blocks::bf16_to_f32;
-use crate::kernels::Act4;
+use crate::kernels::ActRows;
 
 /// Elements `i .. i + 8` of a little-endian `f32` row.
 #[inline]
@@ -173,7 +173,7 @@ macro_rules! float_rows {
         }
 
         #[target_feature(enable = "neon")]
-        pub(crate) fn $dot4(w: &[u8], a: Act4<'_>, out: &mut [f32; 4]) {
+        pub(crate) fn $dot4(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
             let len = a.a.len() - 3 * a.stride;
             for (t, o) in out.iter_mut().enumerate() {
                 *o = $dot(w, a.row(t, len));

@@ -15,11 +15,11 @@ use bytemuck::Pod;
 
 use super::util::*;
 use crate::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0, BlockQ8_1, as_blocks};
-use crate::kernels::Act4;
+use crate::kernels::ActRows;
 
 /// The four activation rows of a `dot4` call, each `n` blocks long.
 #[inline(always)]
-pub(crate) fn rows4<'a, B: Pod>(a: &Act4<'a>, n: usize) -> [&'a [B]; 4] {
+pub(crate) fn rows4<'a, B: Pod>(a: &ActRows<'a>, n: usize) -> [&'a [B]; 4] {
     let len = n * size_of::<B>();
     std::array::from_fn(|t| as_blocks(a.row(t, len)))
 }
@@ -171,7 +171,7 @@ macro_rules! q8_0_act_kernels {
         /// # Safety
         /// The CPU must have NEON and, for `DP = true`, `dotprod`.
         #[target_feature(enable = "neon")]
-        pub(crate) unsafe fn $dot4<const DP: bool>(w: &[u8], a: Act4<'_>, out: &mut [f32; 4]) {
+        pub(crate) unsafe fn $dot4<const DP: bool>(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
             let w: &[$block] = as_blocks(w);
             let ys = rows4::<BlockQ8_0>(&a, w.len());
             let sc: [&[f32]; 4] = std::array::from_fn(|t| a.scales(t, w.len()));
@@ -265,7 +265,7 @@ pub(crate) unsafe fn dotr4_q4_1<const DP: bool>(
 /// # Safety
 /// The CPU must have NEON and, for `DP = true`, `dotprod`.
 #[target_feature(enable = "neon")]
-pub(crate) unsafe fn dot4_q4_1<const DP: bool>(w: &[u8], a: Act4<'_>, out: &mut [f32; 4]) {
+pub(crate) unsafe fn dot4_q4_1<const DP: bool>(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
     let w: &[BlockQ4_1] = as_blocks(w);
     let ys = rows4::<BlockQ8_1>(&a, w.len());
     let sc: [&[f32]; 4] = std::array::from_fn(|t| a.scales(t, 2 * w.len()));

@@ -7,10 +7,10 @@
 use std::arch::x86_64::*;
 
 use super::float::dotr4_by_dot;
-use super::legacy::rows4;
+use super::legacy::rows_n;
 use super::util::*;
 use crate::blocks::{BlockQ4K, BlockQ6K, BlockQ8K, as_blocks, q4k_scales_mins};
-use crate::kernels::Act4;
+use crate::kernels::ActRows;
 
 // ---------------------------------------------------------------- Q4_K × Q8_K
 
@@ -95,39 +95,50 @@ pub(crate) fn dot_q4_k(w: &[u8], a: &[u8]) -> f32 {
     hsum_f32x8(acc) + hsum_f32x4(acc_m)
 }
 
+/// The 1 × `T` GEMM tile of Q4_K: each weight block unpacked once for `T` tokens, each
+/// (row, token) pair computed exactly as [`dot_q4_k`].
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn dot4_q4_k(w: &[u8], a: Act4<'_>, out: &mut [f32; 4]) {
-    let w: &[BlockQ4K] = as_blocks(w);
-    let ys = rows4::<BlockQ8K>(&a, w.len());
+fn tile_q4_k<const T: usize>(w: &[BlockQ4K], ys: [&[BlockQ8K]; T]) -> [f32; T] {
     let m4 = _mm256_set1_epi8(0x0F);
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut acc_m = [_mm_setzero_ps(); 4];
+    let mut acc = [_mm256_setzero_ps(); T];
+    let mut acc_m = [_mm_setzero_ps(); T];
     for (i, x) in w.iter().enumerate() {
         let b = q4k_block(x);
-        let y4: [&BlockQ8K; 4] = std::array::from_fn(|t| &ys[t][i]);
-        let mut sumi = [_mm256_setzero_si256(); 4];
+        let yt: [&BlockQ8K; T] = std::array::from_fn(|t| &ys[t][i]);
+        let mut sumi = [_mm256_setzero_si256(); T];
         for j in 0..4 {
             let bits = load_bytes32(&x.qs[32 * j..32 * j + 32]);
             let q4l = _mm256_and_si256(bits, m4);
             let q4h = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4);
             let sl = _mm256_set1_epi16(b.sc[2 * j] as i16);
             let sh = _mm256_set1_epi16(b.sc[2 * j + 1] as i16);
-            for t in 0..4 {
-                sumi[t] = _mm256_add_epi32(sumi[t], q4k_pair(q4l, q4h, sl, sh, y4[t], j));
+            for t in 0..T {
+                sumi[t] = _mm256_add_epi32(sumi[t], q4k_pair(q4l, q4h, sl, sh, yt[t], j));
             }
         }
-        for t in 0..4 {
-            let yd = y4[t].d.get();
+        for t in 0..T {
+            let yd = yt[t].d.get();
             let d = yd * b.d;
             let dmin = -yd * b.dmin;
-            let prod = q4k_mins_prod(b.mins, y4[t]);
+            let prod = q4k_mins_prod(b.mins, yt[t]);
             acc_m[t] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m[t]);
             acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
         }
     }
-    for t in 0..4 {
-        out[t] = hsum_f32x8(acc[t]) + hsum_f32x4(acc_m[t]);
-    }
+    std::array::from_fn(|t| hsum_f32x8(acc[t]) + hsum_f32x4(acc_m[t]))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn dot4_q4_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
+    let w: &[BlockQ4K] = as_blocks(w);
+    *out = tile_q4_k(w, rows_n::<4, BlockQ8K>(&a, w.len()));
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn dot8_q4_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
+    let w: &[BlockQ4K] = as_blocks(w);
+    *out = tile_q4_k(w, rows_n::<8, BlockQ8K>(&a, w.len()));
 }
 
 // ---------------------------------------------------------------- Q6_K × Q8_K
@@ -196,36 +207,47 @@ pub(crate) fn dot_q6_k(w: &[u8], a: &[u8]) -> f32 {
     hsum_f32x8(acc)
 }
 
+/// The 1 × `T` GEMM tile of Q6_K: each weight block unpacked once for `T` tokens, each
+/// (row, token) pair computed exactly as [`dot_q6_k`].
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn dot4_q6_k(w: &[u8], a: Act4<'_>, out: &mut [f32; 4]) {
-    let w: &[BlockQ6K] = as_blocks(w);
-    let ys = rows4::<BlockQ8K>(&a, w.len());
-    let mut acc = [_mm256_setzero_ps(); 4];
+fn tile_q6_k<const T: usize>(w: &[BlockQ6K], ys: [&[BlockQ8K]; T]) -> [f32; T] {
+    let mut acc = [_mm256_setzero_ps(); T];
     for (i, x) in w.iter().enumerate() {
         let dx = f16_to_f32(x.d);
-        let y4: [&BlockQ8K; 4] = std::array::from_fn(|t| &ys[t][i]);
+        let yt: [&BlockQ8K; T] = std::array::from_fn(|t| &ys[t][i]);
         let scales16 = _mm256_cvtepi8_epi16(load_bytes16(&x.scales));
-        let mut sumi = [_mm256_setzero_si256(); 4];
+        let mut sumi = [_mm256_setzero_si256(); T];
         for h in 0..2 {
             for (k, qk) in q6k_groups(x, h).into_iter().enumerate() {
                 let o = 128 * h + 32 * k;
                 let sc = q6k_scale(&x.scales, 4 * h + k);
-                for t in 0..4 {
-                    let q8 = load_bytes32(&y4[t].qs[o..o + 32]);
+                for t in 0..T {
+                    let q8 = load_bytes32(&yt[t].qs[o..o + 32]);
                     let p = _mm256_madd_epi16(sc, _mm256_maddubs_epi16(qk, q8));
                     sumi[t] = _mm256_add_epi32(sumi[t], p);
                 }
             }
         }
-        for t in 0..4 {
-            let s = _mm256_sub_epi32(sumi[t], q6k_bias(scales16, y4[t]));
-            let d = y4[t].d.get() * dx;
+        for t in 0..T {
+            let s = _mm256_sub_epi32(sumi[t], q6k_bias(scales16, yt[t]));
+            let d = yt[t].d.get() * dx;
             acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s), acc[t]);
         }
     }
-    for t in 0..4 {
-        out[t] = hsum_f32x8(acc[t]);
-    }
+    std::array::from_fn(|t| hsum_f32x8(acc[t]))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn dot4_q6_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
+    let w: &[BlockQ6K] = as_blocks(w);
+    *out = tile_q6_k(w, rows_n::<4, BlockQ8K>(&a, w.len()));
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn dot8_q6_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
+    let w: &[BlockQ6K] = as_blocks(w);
+    *out = tile_q6_k(w, rows_n::<8, BlockQ8K>(&a, w.len()));
 }
 
 dotr4_by_dot!(dotr4_q4_k, dot_q4_k);

@@ -17,7 +17,7 @@ use crate::blocks::{
     BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ5K, BlockQ8K, IQ4NL_VALUES, as_blocks, iq4xs_scale,
     q3k_scales, q4k_scales_mins,
 };
-use crate::kernels::Act4;
+use crate::kernels::ActRows;
 
 /// 16 `i16` lanes: 8 of `lo`, then 8 of `hi` (the scales of the two 16-element halves of a
 /// 32-element group).
@@ -186,7 +186,7 @@ pub(crate) fn dot_q5_k(w: &[u8], a: &[u8]) -> f32 {
 /// One Q5_K row × four Q8_K rows: each block's values unpacked once, then per token the
 /// operations of [`dot_q5_k`] in its order (bit-identical to four single dots).
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn dot4_q5_k(w: &[u8], a: Act4<'_>, out: &mut [f32; 4]) {
+pub(crate) fn dot4_q5_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
     let w: &[BlockQ5K] = as_blocks(w);
     let ys = rows4::<BlockQ8K>(&a, w.len());
     let mut acc = [_mm256_setzero_ps(); 4];

@@ -4,7 +4,7 @@
 use std::arch::x86_64::*;
 
 use super::util::*;
-use crate::kernels::Act4;
+use crate::kernels::ActRows;
 
 // ---------------------------------------------------------------- F32, F16, BF16
 
@@ -117,7 +117,7 @@ pub(crate) fn dot_bf16(w: &[u8], a: &[u8]) -> f32 {
 macro_rules! dot4_by_dot {
     ($name:ident, $dot:ident) => {
         #[target_feature(enable = "avx2,fma,f16c")]
-        pub(crate) fn $name(w: &[u8], a: Act4<'_>, out: &mut [f32; 4]) {
+        pub(crate) fn $name(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
             let len = a.a.len() - 3 * a.stride;
             for (t, o) in out.iter_mut().enumerate() {
                 *o = $dot(w, a.row(t, len));

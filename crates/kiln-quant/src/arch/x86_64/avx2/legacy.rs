@@ -16,19 +16,32 @@ use std::arch::x86_64::*;
 use bytemuck::Pod;
 
 use super::util::*;
-use crate::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0, BlockQ8_1, as_blocks};
-use crate::kernels::Act4;
+use crate::blocks::{BlockI8, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0, BlockQ8_1, as_blocks};
+use crate::kernels::ActRows;
 
 /// The four activation rows of a `dot4` call, each `n` blocks long.
 #[inline(always)]
-pub(crate) fn rows4<'a, B: Pod>(a: &Act4<'a>, n: usize) -> [&'a [B]; 4] {
+pub(crate) fn rows4<'a, B: Pod>(a: &ActRows<'a>, n: usize) -> [&'a [B]; 4] {
     let len = n * size_of::<B>();
     std::array::from_fn(|t| as_blocks(a.row(t, len)))
 }
 
 /// The four rows' widened scales (`per_block` values per block).
 #[inline(always)]
-fn scales4<'a>(a: &Act4<'a>, n: usize, per_block: usize) -> [&'a [f32]; 4] {
+fn scales4<'a>(a: &ActRows<'a>, n: usize, per_block: usize) -> [&'a [f32]; 4] {
+    scales_n::<4>(a, n, per_block)
+}
+
+/// The first `T` activation rows, each `n` blocks long.
+#[inline(always)]
+pub(crate) fn rows_n<'a, const T: usize, B: Pod>(a: &ActRows<'a>, n: usize) -> [&'a [B]; T] {
+    let len = n * size_of::<B>();
+    std::array::from_fn(|t| as_blocks(a.row(t, len)))
+}
+
+/// The first `T` rows' widened scales (`per_block` values per block).
+#[inline(always)]
+fn scales_n<'a, const T: usize>(a: &ActRows<'a>, n: usize, per_block: usize) -> [&'a [f32]; T] {
     std::array::from_fn(|t| a.scales(t, n * per_block))
 }
 
@@ -43,7 +56,7 @@ fn weight_rows<const R: usize, B: Pod>(w: &[u8], row_bytes: usize) -> [&[B]; R] 
 /// A signed-weight block: its 32 values as signed bytes, and `f16(d)` widened.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn unpack_q4_0(x: &BlockQ4_0) -> (__m256i, f32) {
+fn unpack_q4_0_block(x: &BlockQ4_0) -> (__m256i, f32) {
     (
         _mm256_sub_epi8(nibbles32(&x.qs), _mm256_set1_epi8(8)),
         f16_to_f32(x.d),
@@ -52,7 +65,7 @@ fn unpack_q4_0(x: &BlockQ4_0) -> (__m256i, f32) {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn unpack_q5_0(x: &BlockQ5_0) -> (__m256i, f32) {
+fn unpack_q5_0_block(x: &BlockQ5_0) -> (__m256i, f32) {
     let hi = _mm256_andnot_si256(bits32(&x.qh), _mm256_set1_epi8(0xF0u8 as i8));
     (_mm256_or_si256(nibbles32(&x.qs), hi), f16_to_f32(x.d))
 }
@@ -86,25 +99,20 @@ fn tile_q8_0<const R: usize, const T: usize, const PRE: bool, W>(
         if R > 1 {
             prefetch_group_ahead(base, R, nb, size_of::<W>(), i);
         }
-        let mut dy = [_mm256_setzero_ps(); T];
-        let mut qy = [_mm256_setzero_si256(); T];
-        for t in 0..T {
-            let y = &ys[t][i];
-            dy[t] = if PRE {
-                _mm256_broadcast_ss(&sc[t][i])
-            } else {
-                _mm256_set1_ps(f16_to_f32(y.d))
-            };
-            qy[t] = load_i8x32(&y.qs);
-        }
         for r in 0..R {
             let (qx, dx) = unpack(&w[r][i]);
-            let dx = _mm256_set1_ps(dx);
+            let dx = splat_opaque(dx);
             let ax = _mm256_sign_epi8(qx, qx);
             for t in 0..T {
+                let y = &ys[t][i];
+                let dy = if PRE {
+                    _mm256_broadcast_ss(&sc[t][i])
+                } else {
+                    _mm256_set1_ps(f16_to_f32(y.d))
+                };
                 // dx * dy in every lane: the same product as ggml's scalar one.
-                let d = _mm256_mul_ps(dx, dy[t]);
-                let sy = _mm256_sign_epi8(qy[t], qx);
+                let d = _mm256_mul_ps(dx, dy);
+                let sy = _mm256_sign_epi8(load_i8x32(&y.qs), qx);
                 acc[r][t] = _mm256_fmadd_ps(d, mul_sum_us8_pairs_f32(ax, sy), acc[r][t]);
             }
         }
@@ -116,6 +124,64 @@ fn tile_q8_0<const R: usize, const T: usize, const PRE: bool, W>(
         }
     }
     out
+}
+
+/// The 1 × 8 GEMM tile for signed weights and Q8_0 activations, with the activation scales
+/// interleaved (`sc8`: block `i`'s scale of token `t` at `8 * i + t`). Per block one vector
+/// product forms `dx * dy` for all eight tokens (lane `t` is exactly ggml's scalar product
+/// for token `t`); it goes through the stack so each pair takes its scale with a broadcast
+/// *load* rather than a shuffle, leaving the ALU ports to the integer dot products. Each
+/// (row, token) pair then performs the operations of [`tile_q8_0`] in the same order.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn tile8_q8_0<W>(
+    w: &[W],
+    ys: [&[BlockQ8_0]; 8],
+    sc8: &[f32],
+    unpack: impl Fn(&W) -> (__m256i, f32),
+) -> [f32; 8] {
+    let nb = w.len();
+    for y in ys {
+        assert_eq!(y.len(), nb);
+    }
+    assert_eq!(sc8.len(), 8 * nb);
+    let mut acc = [_mm256_setzero_ps(); 8];
+    let mut d = [0.0f32; 8];
+    for i in 0..nb {
+        let (qx, dx) = unpack(&w[i]);
+        let ax = _mm256_sign_epi8(qx, qx);
+        store_f32x8(
+            &mut d,
+            _mm256_mul_ps(_mm256_set1_ps(dx), load_f32x8(&sc8[8 * i..8 * i + 8])),
+        );
+        // Opaque to the optimiser, so the eight reads below stay broadcast loads.
+        let dp = std::hint::black_box(d.as_ptr());
+        for (t, y) in ys.iter().enumerate() {
+            // SAFETY: `dp` points at the eight floats of `d`, `t < 8`.
+            let dt = _mm256_broadcast_ss(unsafe { &*dp.add(t) });
+            let sy = _mm256_sign_epi8(load_i8x32(&y[i].qs), qx);
+            acc[t] = _mm256_fmadd_ps(dt, mul_sum_us8_pairs_f32(ax, sy), acc[t]);
+        }
+    }
+    std::array::from_fn(|t| hsum_f32x8(acc[t]))
+}
+
+/// A row unpacker: every block to [`BlockI8`] (its signed bytes and widened scale, exactly
+/// what the block's unpack gives the dot kernels).
+macro_rules! unpack_row {
+    ($name:ident, $block:ty, $unpack:ident) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(crate) fn $name(w: &[u8], out: &mut [BlockI8]) {
+            let w: &[$block] = as_blocks(w);
+            assert_eq!(out.len(), w.len());
+            for (o, x) in out.iter_mut().zip(w) {
+                let (q, d) = $unpack(x);
+                // SAFETY: `o.qs` is 32 writable bytes; unaligned store.
+                unsafe { _mm256_storeu_si256(o.qs.as_mut_ptr().cast(), q) };
+                o.d = d;
+            }
+        }
+    };
 }
 
 /// The three entry points of one signed weight type.
@@ -139,7 +205,7 @@ macro_rules! q8_0_act_kernels {
         }
 
         #[target_feature(enable = "avx2,fma,f16c")]
-        pub(crate) fn $dot4(w: &[u8], a: Act4<'_>, out: &mut [f32; 4]) {
+        pub(crate) fn $dot4(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
             let w: &[$block] = as_blocks(w);
             let ys = rows4::<BlockQ8_0>(&a, w.len());
             let sc = scales4(&a, w.len(), 1);
@@ -148,9 +214,39 @@ macro_rules! q8_0_act_kernels {
     };
 }
 
-q8_0_act_kernels!(dot_q4_0, dotr4_q4_0, dot4_q4_0, BlockQ4_0, unpack_q4_0);
-q8_0_act_kernels!(dot_q5_0, dotr4_q5_0, dot4_q5_0, BlockQ5_0, unpack_q5_0);
+q8_0_act_kernels!(
+    dot_q4_0,
+    dotr4_q4_0,
+    dot4_q4_0,
+    BlockQ4_0,
+    unpack_q4_0_block
+);
+q8_0_act_kernels!(
+    dot_q5_0,
+    dotr4_q5_0,
+    dot4_q5_0,
+    BlockQ5_0,
+    unpack_q5_0_block
+);
 q8_0_act_kernels!(dot_q8_0, dotr4_q8_0, dot4_q8_0, BlockQ8_0, unpack_q8_0);
+unpack_row!(unpack_q4_0, BlockQ4_0, unpack_q4_0_block);
+unpack_row!(unpack_q5_0, BlockQ5_0, unpack_q5_0_block);
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn dot8_q8_0(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
+    let w: &[BlockQ8_0] = as_blocks(w);
+    let ys = rows_n::<8, BlockQ8_0>(&a, w.len());
+    *out = tile8_q8_0(w, ys, &a.sc8[..8 * w.len()], |x| unpack_q8_0(x));
+}
+
+/// The eight-token micro-kernel over unpacked rows ([`BlockI8`], see `unpack_q4_0` /
+/// `unpack_q5_0`): the same values and operations as the packed types' kernels.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn dot8_i8(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
+    let w: &[BlockI8] = as_blocks(w);
+    let ys = rows_n::<8, BlockQ8_0>(&a, w.len());
+    *out = tile8_q8_0(w, ys, &a.sc8[..8 * w.len()], |x| (load_i8x32(&x.qs), x.d));
+}
 
 // ---------------------------------------------------------------- Q4_1 × Q8_1
 
@@ -177,31 +273,26 @@ fn tile_q4_1<const R: usize, const T: usize, const PRE: bool>(
         if R > 1 {
             prefetch_group_ahead(base, R, nb, size_of::<BlockQ4_1>(), i);
         }
-        let mut dy = [_mm256_setzero_ps(); T];
-        let mut sy = [0.0f32; T];
-        let mut qy = [_mm256_setzero_si256(); T];
-        for t in 0..T {
-            let y = &ys[t][i];
-            if PRE {
-                dy[t] = _mm256_broadcast_ss(&sc[t][2 * i]);
-                sy[t] = sc[t][2 * i + 1];
-            } else {
-                let ds = f16x2_to_f32(y.d, y.s);
-                dy[t] = _mm256_broadcastss_ps(ds);
-                sy[t] = _mm_cvtss_f32(_mm_movehdup_ps(ds));
-            }
-            qy[t] = load_i8x32(&y.qs);
-        }
         for r in 0..R {
             let x = &w[r][i];
             let dm = f16x2_to_f32(x.d, x.m);
-            let dx = _mm256_broadcastss_ps(dm);
+            let dx = splat_opaque(_mm_cvtss_f32(dm));
             let mx = _mm_cvtss_f32(_mm_movehdup_ps(dm));
             let qx = nibbles32(&x.qs);
             for t in 0..T {
-                summs[r][t] = mx.mul_add(sy[t], summs[r][t]);
-                let d = _mm256_mul_ps(dx, dy[t]);
-                let xy = mul_sum_us8_pairs_f32(qx, qy[t]);
+                let y = &ys[t][i];
+                let (dy, sy) = if PRE {
+                    (_mm256_broadcast_ss(&sc[t][2 * i]), sc[t][2 * i + 1])
+                } else {
+                    let ds = f16x2_to_f32(y.d, y.s);
+                    (
+                        _mm256_broadcastss_ps(ds),
+                        _mm_cvtss_f32(_mm_movehdup_ps(ds)),
+                    )
+                };
+                summs[r][t] = mx.mul_add(sy, summs[r][t]);
+                let d = _mm256_mul_ps(dx, dy);
+                let xy = mul_sum_us8_pairs_f32(qx, load_i8x32(&y.qs));
                 acc[r][t] = _mm256_fmadd_ps(d, xy, acc[r][t]);
             }
         }
@@ -230,9 +321,53 @@ pub(crate) fn dotr4_q4_1(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32; 4
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn dot4_q4_1(w: &[u8], a: Act4<'_>, out: &mut [f32; 4]) {
+pub(crate) fn dot4_q4_1(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
     let w: &[BlockQ4_1] = as_blocks(w);
     let ys = rows4::<BlockQ8_1>(&a, w.len());
     let sc = scales4(&a, w.len(), 2);
     *out = tile_q4_1::<1, 4, true>([w], ys, sc)[0];
+}
+
+/// [`tile_q4_1`] for one row and eight tokens with interleaved activation scales (`sc8`:
+/// block `i`'s `d` of token `t` at `16 * i + t`, its `s` at `16 * i + 8 + t`): the `dx * dy`
+/// products as in [`tile8_q8_0`], and ggml's `summs += m * s` for the eight tokens as one
+/// vector `fma` (lane `t` is token `t`'s fused step).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn tile8_q4_1(w: &[BlockQ4_1], ys: [&[BlockQ8_1]; 8], sc8: &[f32]) -> [f32; 8] {
+    let nb = w.len();
+    for y in ys {
+        assert_eq!(y.len(), nb);
+    }
+    assert_eq!(sc8.len(), 16 * nb);
+    let mut acc = [_mm256_setzero_ps(); 8];
+    let mut summs = _mm256_setzero_ps();
+    let mut d = [0.0f32; 8];
+    for (i, x) in w.iter().enumerate() {
+        let dm = f16x2_to_f32(x.d, x.m);
+        let dx = _mm256_broadcastss_ps(dm);
+        let mx = _mm256_set1_ps(_mm_cvtss_f32(_mm_movehdup_ps(dm)));
+        let qx = nibbles32(&x.qs);
+        let s8 = &sc8[16 * i..16 * i + 16];
+        summs = _mm256_fmadd_ps(mx, load_f32x8(&s8[8..]), summs);
+        store_f32x8(&mut d, _mm256_mul_ps(dx, load_f32x8(&s8[..8])));
+        // Opaque to the optimiser, so the eight reads below stay broadcast loads.
+        let dp = std::hint::black_box(d.as_ptr());
+        for (t, y) in ys.iter().enumerate() {
+            // SAFETY: `dp` points at the eight floats of `d`, `t < 8`.
+            let dt = _mm256_broadcast_ss(unsafe { &*dp.add(t) });
+            let xy = mul_sum_us8_pairs_f32(qx, load_i8x32(&y[i].qs));
+            acc[t] = _mm256_fmadd_ps(dt, xy, acc[t]);
+        }
+    }
+    let mut sm = [0.0f32; 8];
+    store_f32x8(&mut sm, summs);
+    std::array::from_fn(|t| hsum_f32x8(acc[t]) + sm[t])
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn dot8_q4_1(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
+    let w: &[BlockQ4_1] = as_blocks(w);
+    let ys = rows_n::<8, BlockQ8_1>(&a, w.len());
+    *out = tile8_q4_1(w, ys, &a.sc8[..16 * w.len()]);
 }

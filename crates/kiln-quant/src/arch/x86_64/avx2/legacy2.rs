@@ -11,7 +11,7 @@ use super::float::{dot4_by_dot, dotr4_by_dot};
 use super::legacy::rows4;
 use super::util::*;
 use crate::blocks::{BlockIQ4NL, BlockQ5_1, BlockQ8_0, BlockQ8_1, as_blocks};
-use crate::kernels::Act4;
+use crate::kernels::ActRows;
 
 /// Q5_1 × Q8_1: per block `summs = fma(m, s, summs)` (ggml's `summs += m * s`, fused by its
 /// x86 builds as for Q4_1) and `fma(f16(dx) * f16(dy), quads, acc)` on the unsigned 5-bit
@@ -41,7 +41,7 @@ pub(crate) fn dot_q5_1(w: &[u8], a: &[u8]) -> f32 {
 /// [`dot_q5_1`] in its order (bit-identical to four single dots). The tokens' `d, s` come
 /// widened in `a.sc` (exact conversions, the same values `dot_q5_1` converts itself).
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn dot4_q5_1(w: &[u8], a: Act4<'_>, out: &mut [f32; 4]) {
+pub(crate) fn dot4_q5_1(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
     let w: &[BlockQ5_1] = as_blocks(w);
     let ys = rows4::<BlockQ8_1>(&a, w.len());
     let sc: [&[f32]; 4] = std::array::from_fn(|t| a.scales(t, 2 * w.len()));

@@ -50,6 +50,28 @@ pub(crate) fn f16x2_bits_to_f32(bits: u32) -> __m128 {
     out
 }
 
+/// `x` broadcast to 8 lanes, opaque to the optimiser.
+///
+/// A block's scale is `dx * dy` in every lane. With both factors visible as broadcasts, LLVM
+/// rewrites the vector product as a scalar `vmulss` plus a `vbroadcastss` per (row, token)
+/// pair, two ALU operations where one `vmulps` with a broadcast load suffices; the GEMM
+/// micro-kernels are bound by exactly these operations. Hiding that `dx` is a broadcast
+/// keeps the product a vector one (same value: every lane is `dx * dy`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn splat_opaque(x: f32) -> __m256 {
+    let mut v = _mm256_set1_ps(x);
+    // SAFETY: an empty template; the register is only declared read and written.
+    unsafe {
+        std::arch::asm!(
+            "/* {v} */",
+            v = inout(ymm_reg) v,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    v
+}
+
 /// One half to `f32` (see [`f16x2_bits_to_f32`]).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
