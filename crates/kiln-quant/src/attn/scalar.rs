@@ -87,23 +87,27 @@ pub(super) fn accum_f16_f32(
     ms: &[f32],
     vs: &[f32],
 ) {
-    let dv = acc.len();
-    for (i, (&m, &w)) in ms.iter().zip(vs).enumerate() {
-        let row = row_start(pages, bs, first + i, dv);
-        if m != 1.0 {
-            for a in acc.iter_mut() {
-                *a *= m;
-            }
-        }
-        for (a, x) in acc.iter_mut().zip(&v[row..row + dv]) {
-            *a = x.to_f32().mul_add(w, *a);
-        }
-    }
+    accum_into_f32(acc, v, f16::to_f32, pages, bs, first, ms, vs);
 }
 
 pub(super) fn accum_f32(
     acc: &mut [f32],
     v: &[f32],
+    pages: &[usize],
+    bs: usize,
+    first: usize,
+    ms: &[f32],
+    vs: &[f32],
+) {
+    accum_into_f32(acc, v, |x| x, pages, bs, first, ms, vs);
+}
+
+/// The f32 accumulator over values widened exactly by `widen`.
+#[allow(clippy::too_many_arguments)]
+fn accum_into_f32<V: Copy>(
+    acc: &mut [f32],
+    v: &[V],
+    widen: impl Fn(V) -> f32,
     pages: &[usize],
     bs: usize,
     first: usize,
@@ -119,7 +123,7 @@ pub(super) fn accum_f32(
             }
         }
         for (a, &x) in acc.iter_mut().zip(&v[row..row + dv]) {
-            *a = x.mul_add(w, *a);
+            *a = widen(x).mul_add(w, *a);
         }
     }
 }
