@@ -23,6 +23,7 @@ mod kv;
 mod model;
 pub mod ops;
 pub mod quantize;
+mod spec;
 mod trace;
 mod weights;
 

@@ -8,61 +8,14 @@ use kiln_format::GgufFile;
 use kiln_quant::{MatmulScratch, matmul_prepared};
 
 use crate::attention::{AttnScratch, AttnShape, SeqAttn, attention_batch};
-use crate::blocks::{Norm, rope_table_with_factors, softcap_inplace};
+use crate::blocks::{rope_table_with_factors, softcap_inplace};
 use crate::kv::{KvOptions, MemoryPlan};
 use crate::ops::{activation_inplace, add_inplace, gated_activation, rms_norm_inplace, rope_apply};
+use crate::spec::ModelSpec;
 use crate::trace;
-use crate::weights::{LoadOptions, SourceKind, Weight, WeightStore};
+use crate::weights::{LoadOptions, SourceKind, WeightStore};
 use crate::{ModelConfig, ModelError};
 use kiln_kv::{KvCache, SeqId};
-
-/// The tensors and per-layer settings of one transformer block. Fused projections (QKV,
-/// gate+up) are bound as row ranges of one tensor, so the graph only sees the parts.
-pub(crate) struct LayerSpec {
-    pub attn_norm: Norm,
-    pub wq: Weight,
-    pub wk: Weight,
-    pub wv: Weight,
-    pub bq: Option<Vec<f32>>,
-    pub bk: Option<Vec<f32>>,
-    pub bv: Option<Vec<f32>>,
-    /// Per-head RMSNorm of queries and keys before RoPE.
-    pub q_norm: Option<Vec<f32>>,
-    pub k_norm: Option<Vec<f32>>,
-    pub wo: Weight,
-    pub bo: Option<Vec<f32>>,
-    /// RMSNorm of the attention output before the residual add.
-    pub post_attn_norm: Option<Vec<f32>>,
-    /// `None` for parallel blocks, whose FFN reads the attention norm's output.
-    pub ffn_norm: Option<Norm>,
-    /// `None` for a plain (ungated) FFN.
-    pub w_gate: Option<Weight>,
-    pub w_up: Weight,
-    pub b_up: Option<Vec<f32>>,
-    pub w_down: Weight,
-    pub b_down: Option<Vec<f32>>,
-    /// RMSNorm of the FFN output before the residual add.
-    pub post_ffn_norm: Option<Vec<f32>>,
-    /// Attend to at most this many most recent positions.
-    pub sliding_window: Option<usize>,
-    pub rope_base: f32,
-}
-
-/// What an architecture module produces.
-pub(crate) struct ModelSpec {
-    pub cfg: ModelConfig,
-    pub tok_embd: Weight,
-    /// Learned absolute positions (GPT-2), one row per position.
-    pub pos_embd: Option<Weight>,
-    pub output_norm: Norm,
-    pub output: Weight,
-    pub output_bias: Option<Vec<f32>>,
-    pub layers: Vec<LayerSpec>,
-    /// Multiplier for embedding rows (Gemma: √hidden).
-    pub embed_scale: Option<f32>,
-    /// Per-dimension RoPE frequency divisors (Llama 3 scaling), `n_rot / 2` values.
-    pub rope_freqs: Option<Vec<f32>>,
-}
 
 /// A loaded model: configuration plus weights left in the mapped file.
 pub struct Model {

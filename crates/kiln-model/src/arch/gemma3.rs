@@ -8,7 +8,7 @@ use kiln_format::Metadata;
 use super::{BlockTensors, Want, attn_scale, bind_head, bind_layers, spec, swa_layers};
 use crate::ModelError;
 use crate::config::{Activation, RopeStyle, arch_opt_f32, arch_opt_usize, common_config};
-use crate::model::ModelSpec;
+use crate::spec::ModelSpec;
 use crate::weights::WeightStore;
 
 /// Every `SWA_PERIOD`-th layer attends globally; the others use the sliding window.

@@ -7,7 +7,7 @@ use kiln_format::Metadata;
 use super::{BlockTensors, Ffn, Qkv, Want, bind_head, bind_layers, spec};
 use crate::ModelError;
 use crate::config::{Activation, NormKind, RopeStyle, common_config_with};
-use crate::model::ModelSpec;
+use crate::spec::ModelSpec;
 use crate::weights::WeightStore;
 
 pub(crate) fn build(md: &Metadata, store: &WeightStore) -> Result<ModelSpec, ModelError> {

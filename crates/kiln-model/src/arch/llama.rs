@@ -13,7 +13,7 @@ use kiln_format::Metadata;
 use super::{BlockTensors, bind_head, bind_layers, spec};
 use crate::ModelError;
 use crate::config::{Activation, RopeStyle, arch_opt_usize, common_config};
-use crate::model::ModelSpec;
+use crate::spec::ModelSpec;
 use crate::weights::{SourceKind, WeightStore};
 
 pub(crate) fn build(md: &Metadata, store: &WeightStore) -> Result<ModelSpec, ModelError> {

@@ -14,7 +14,7 @@ mod qwen3;
 use kiln_format::Metadata;
 
 use crate::blocks::Norm;
-use crate::model::{LayerSpec, ModelSpec};
+use crate::spec::{LayerSpec, ModelSpec};
 use crate::weights::{Weight, WeightStore};
 use crate::{ModelConfig, ModelError};
 

@@ -8,7 +8,7 @@ use kiln_format::Metadata;
 use super::{BlockTensors, Want, bind_head, bind_layers, spec};
 use crate::ModelError;
 use crate::config::{Activation, RopeStyle, common_config};
-use crate::model::ModelSpec;
+use crate::spec::ModelSpec;
 use crate::weights::WeightStore;
 
 pub(crate) fn build(md: &Metadata, store: &WeightStore) -> Result<ModelSpec, ModelError> {

@@ -1,0 +1,55 @@
+//! What an architecture module produces: the tensors and settings of a model, bound to the
+//! mapped weights. The decoder (`model.rs`) reads these; the architecture modules (`arch/`)
+//! write them, so both depend on this module and not on each other.
+
+use crate::ModelConfig;
+use crate::blocks::Norm;
+use crate::weights::Weight;
+
+/// The tensors and per-layer settings of one transformer block. Fused projections (QKV,
+/// gate+up) are bound as row ranges of one tensor, so the graph only sees the parts.
+pub(crate) struct LayerSpec {
+    pub attn_norm: Norm,
+    pub wq: Weight,
+    pub wk: Weight,
+    pub wv: Weight,
+    pub bq: Option<Vec<f32>>,
+    pub bk: Option<Vec<f32>>,
+    pub bv: Option<Vec<f32>>,
+    /// Per-head RMSNorm of queries and keys before RoPE.
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
+    pub wo: Weight,
+    pub bo: Option<Vec<f32>>,
+    /// RMSNorm of the attention output before the residual add.
+    pub post_attn_norm: Option<Vec<f32>>,
+    /// `None` for parallel blocks, whose FFN reads the attention norm's output.
+    pub ffn_norm: Option<Norm>,
+    /// `None` for a plain (ungated) FFN.
+    pub w_gate: Option<Weight>,
+    pub w_up: Weight,
+    pub b_up: Option<Vec<f32>>,
+    pub w_down: Weight,
+    pub b_down: Option<Vec<f32>>,
+    /// RMSNorm of the FFN output before the residual add.
+    pub post_ffn_norm: Option<Vec<f32>>,
+    /// Attend to at most this many most recent positions.
+    pub sliding_window: Option<usize>,
+    pub rope_base: f32,
+}
+
+/// What an architecture module produces.
+pub(crate) struct ModelSpec {
+    pub cfg: ModelConfig,
+    pub tok_embd: Weight,
+    /// Learned absolute positions (GPT-2), one row per position.
+    pub pos_embd: Option<Weight>,
+    pub output_norm: Norm,
+    pub output: Weight,
+    pub output_bias: Option<Vec<f32>>,
+    pub layers: Vec<LayerSpec>,
+    /// Multiplier for embedding rows (Gemma: √hidden).
+    pub embed_scale: Option<f32>,
+    /// Per-dimension RoPE frequency divisors (Llama 3 scaling), `n_rot / 2` values.
+    pub rope_freqs: Option<Vec<f32>>,
+}
