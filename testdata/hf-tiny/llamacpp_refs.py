@@ -6,7 +6,7 @@ ids with llama.cpp, and write testdata/hf-tiny/<name>/llamacpp.json.
 llama.cpp is a yardstick outside this repository. Needs a llama.cpp source tree (for
 convert_hf_to_gguf.py and gguf-py) and a program linked against its libllama that loads a
 GGUF, evaluates the comma-separated ids given on its command line in one batch with logits
-for every position (context 64, default context parameters otherwise: f16 KV cache, flash
+for every position (context 256, default context parameters otherwise: f16 KV cache, flash
 attention `auto`, 2 threads) and prints
 `{"n_vocab":N,"flash_attn":"..","threads":T,"ids":[..],"logits":[[..],..]}`.
 
@@ -115,7 +115,7 @@ def main():
                   for row in dump["logits"]]
         max_abs, max_lp = compare(golden["logits"], logits)
         ref = {
-            "generator": f"llama.cpp {a.build}, CPU, one batch of all ids, context 64, "
+            "generator": f"llama.cpp {a.build}, CPU, one batch of all ids, context 256, "
                          f"f16 KV cache, flash attention {dump['flash_attn']}, "
                          f"{dump['threads']} threads",
             "converter": f"llama.cpp {a.build}'s {shown}",
