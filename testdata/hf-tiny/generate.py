@@ -207,7 +207,8 @@ def generate(out, name):
 
 def main():
     names = list(MODELS) + list(MODELS_SPM)
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        description="Write tiny random Hugging Face checkpoints with transformers' logits.")
     ap.add_argument("--out", default=HERE, help="parent directory of the fixture folders")
     ap.add_argument("--all", action="store_true", help="generate every fixture")
     ap.add_argument("names", nargs="*", metavar="NAME", help=", ".join(names))
@@ -215,7 +216,8 @@ def main():
     todo = names if a.all else a.names
     unknown = [n for n in todo if n not in names]
     if unknown or not todo:
-        ap.error(f"name one or more of: {', '.join(names)} (or --all); unknown: {unknown}")
+        what = f"unknown fixture(s) {', '.join(unknown)}; " if unknown else ""
+        ap.error(f"{what}name one or more of: {', '.join(names)} (or --all)")
     for name in todo:
         generate(a.out, name)
 

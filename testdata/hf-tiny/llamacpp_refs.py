@@ -90,7 +90,8 @@ def convert(llama_cpp, name, outfile):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        description="llama.cpp references (llamacpp.json) for the vocab-512 fixtures.")
     ap.add_argument("--llama-cpp", required=True, help="llama.cpp source tree")
     ap.add_argument("--refdump", required=True, help="the logits-dumping program (see above)")
     ap.add_argument("--build", required=True, help="llama.cpp build tag, e.g. b10573")
