@@ -831,3 +831,84 @@ fn missing_and_inconsistent_keys_are_refused_by_name() {
     let e = ModelError::from(read("qwen3moe", &count(8, 9)).expect_err("refused"));
     assert!(e.to_string().contains("qwen3moe.expert_used_count"), "{e}");
 }
+
+// ---------------------------------------------------------------------------------------
+// Allocation: a step after warm-up allocates nothing.
+
+/// Counts allocations made by the current thread (the counter is a plain thread-local cell,
+/// so other tests running meanwhile do not disturb it).
+struct CountingAlloc;
+
+thread_local! {
+    static THREAD_ALLOCS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+// SAFETY: forwards to the system allocator, only counting calls.
+unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        THREAD_ALLOCS.with(|c| c.set(c.get() + 1));
+        // SAFETY: same contract as ours.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: same contract as ours.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new: usize) -> *mut u8 {
+        THREAD_ALLOCS.with(|c| c.set(c.get() + 1));
+        // SAFETY: same contract as ours.
+        unsafe { std::alloc::System.realloc(ptr, layout, new) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: CountingAlloc = CountingAlloc;
+
+#[test]
+fn a_step_after_warm_up_allocates_nothing() {
+    let cfg = MoeConfig {
+        shared: Some(SharedExpertConfig {
+            n_ff: 128,
+            sigmoid_gated: true,
+        }),
+        ..moe_cfg(8, 2, 96)
+    };
+    let fx = fixture(GgmlType::Q8_0, 64, cfg, 17);
+    let x = Rng(18).vec(24 * 64, 1.0);
+    // One thread, so the whole step runs (and is counted) on the pool's thread.
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("pool");
+    pool.install(|| {
+        let mut s = MoeScratch::default();
+        let mut out = vec![0f32; 24 * 64];
+        let views = fx.layer.views(&fx.store);
+        let mut step = |n: usize, s: &mut MoeScratch| {
+            forward(
+                &views,
+                &fx.cfg,
+                Activation::Silu,
+                &x[..n * 64],
+                n,
+                64,
+                &mut out[..n * 64],
+                s,
+            )
+            .expect("forward")
+        };
+        let before = THREAD_ALLOCS.with(|c| c.get());
+        step(24, &mut s);
+        let warm_up = THREAD_ALLOCS.with(|c| c.get()) - before;
+        assert!(
+            warm_up > 0,
+            "the first step grows the scratch (and is counted)"
+        );
+        for n in [1usize, 24, 7, 1] {
+            let before = THREAD_ALLOCS.with(|c| c.get());
+            step(n, &mut s);
+            let after = THREAD_ALLOCS.with(|c| c.get());
+            assert_eq!(after - before, 0, "a step of {n} tokens allocated");
+        }
+    });
+}
