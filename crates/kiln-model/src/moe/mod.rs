@@ -107,6 +107,34 @@ impl MoeLayer {
         })
     }
 
+    /// Weight bytes a step reads when it runs `n_run` of the experts (a decode step runs
+    /// `n_expert_used`): the router, those experts' matrices, and the shared expert.
+    pub fn bytes_read(&self, n_run: usize) -> u64 {
+        let bytes = |w: &Weight| {
+            w.ty.row_bytes(w.cols as u64)
+                .map_or(0, |rb| rb.saturating_mul(w.rows as u64))
+        };
+        let expert = [self.gate.as_ref(), Some(&self.up), Some(&self.down)]
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m.get(0))
+            .map(bytes)
+            .sum::<u64>();
+        let shared = self.shared.as_ref().map_or(0, |sh| {
+            [
+                Some(&sh.gate),
+                Some(&sh.up),
+                Some(&sh.down),
+                sh.gate_inp.as_ref(),
+            ]
+            .into_iter()
+            .flatten()
+            .map(bytes)
+            .sum::<u64>()
+        });
+        bytes(&self.router) + expert * n_run as u64 + shared
+    }
+
     /// This layer's kernel views in `store`.
     pub fn views<'a>(&'a self, store: &'a WeightStore) -> BoundMoe<'a> {
         BoundMoe { store, layer: self }

@@ -561,6 +561,24 @@ fn decode_reads_only_the_selected_experts_and_a_batch_reads_each_chosen_expert_o
 // Expert tensors.
 
 #[test]
+fn bytes_read_counts_the_router_the_experts_run_and_the_shared_expert() {
+    let cfg = MoeConfig {
+        shared: Some(SharedExpertConfig {
+            n_ff: 128,
+            sigmoid_gated: true,
+        }),
+        ..moe_cfg(8, 2, 96)
+    };
+    let fx = fixture(GgmlType::Q8_0, 64, cfg, 19);
+    let q8 = |rows: usize, cols: usize| (rows * cols / 32 * 34) as u64;
+    let router = (8 * 64 * 4) as u64;
+    let expert = 2 * q8(96, 64) + q8(64, 96);
+    let shared = 2 * q8(128, 64) + q8(64, 128) + 64 * 4;
+    assert_eq!(fx.layer.bytes_read(2), router + 2 * expert + shared);
+    assert_eq!(fx.layer.bytes_read(8), router + 8 * expert + shared);
+}
+
+#[test]
 fn expert_views_are_ranges_of_the_mapped_3d_tensor() {
     let fx = fixture(GgmlType::Q8_0, 64, moe_cfg(4, 2, 96), 12);
     let file = fx.store.gguf_file().expect("gguf");
