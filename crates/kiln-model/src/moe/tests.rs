@@ -221,17 +221,22 @@ fn ref_forward(fx: &Fixture, x: &[f32], act_q8_0: bool) -> (Vec<f64>, Vec<u32>) 
     let act = |v: Vec<f64>| if act_q8_0 { q8_0_round_trip(&v) } else { v };
     let xa = act(x.clone());
     let mut out = vec![0f64; fx.d];
-    let ffn = |g: &[f32], u: &[f32], dn: &[f32]| {
-        let h: Vec<f64> = matvec(g, &xa)
-            .iter()
-            .zip(matvec(u, &xa))
-            .map(|(&g, u)| silu64(g) * u)
-            .collect();
+    let ffn = |g: Option<&[f32]>, u: &[f32], dn: &[f32]| {
+        let h: Vec<f64> = match g {
+            Some(g) => matvec(g, &xa)
+                .iter()
+                .zip(matvec(u, &xa))
+                .map(|(&g, u)| silu64(g) * u)
+                .collect(),
+            None => matvec(u, &xa).into_iter().map(silu64).collect(),
+        };
         matvec(dn, &act(h))
     };
+    let gated = fx.layer.gate.is_some();
     for (&e, &wt) in sel.iter().zip(&w) {
         let e = e as usize;
-        for (o, y) in out.iter_mut().zip(ffn(&r.gate[e], &r.up[e], &r.down[e])) {
+        let g = gated.then_some(r.gate[e].as_slice());
+        for (o, y) in out.iter_mut().zip(ffn(g, &r.up[e], &r.down[e])) {
             *o += wt * y;
         }
     }
@@ -243,8 +248,11 @@ fn ref_forward(fx: &Fixture, x: &[f32], act_q8_0: bool) -> (Vec<f64>, Vec<u32>) 
     }) = &r.shared
     {
         let logit: f64 = row.iter().zip(&x).map(|(&a, &b)| a as f64 * b).sum();
-        let sig = 1.0 / (1.0 + (-logit).exp());
-        for (o, y) in out.iter_mut().zip(ffn(g, u, dn)) {
+        let sig = match fx.cfg.shared {
+            Some(sh) if sh.sigmoid_gated => 1.0 / (1.0 + (-logit).exp()),
+            _ => 1.0,
+        };
+        for (o, y) in out.iter_mut().zip(ffn(Some(g), u, dn)) {
             *o += sig * y;
         }
     }
@@ -426,6 +434,48 @@ fn q8_0_experts_with_scaled_weights_and_a_sigmoid_gated_shared_expert_match_the_
     let fx = fixture(GgmlType::Q8_0, 64, cfg, 15);
     let x = Rng(16).vec(9 * 64, 1.0);
     assert_close_to_reference(&fx, &x, 9, true, 1e-5);
+}
+
+#[test]
+fn ungated_experts_and_an_ungated_shared_expert_match_the_reference() {
+    let cfg = MoeConfig {
+        shared: Some(SharedExpertConfig {
+            n_ff: 128,
+            sigmoid_gated: true,
+        }),
+        ..moe_cfg(8, 2, 96)
+    };
+    let mut fx = fixture(GgmlType::Q8_0, 64, cfg, 20);
+    // The same tensors bound as a file without `ffn_gate_exps` and with a plain shared
+    // expert would be: experts compute act(up), the shared expert's output is added as is.
+    fx.layer.gate = None;
+    fx.cfg.shared = Some(SharedExpertConfig {
+        n_ff: 128,
+        sigmoid_gated: false,
+    });
+    if let Some(sh) = fx.layer.shared.as_mut() {
+        sh.gate_inp = None;
+    }
+    let x = Rng(21).vec(9 * 64, 1.0);
+    assert_close_to_reference(&fx, &x, 9, true, 1e-5);
+}
+
+#[test]
+fn a_file_without_expert_gates_binds_ungated_experts() {
+    let fx = fixture(GgmlType::Q8_0, 64, moe_cfg(4, 2, 96), 22);
+    let file = fx.store.gguf_file().expect("gguf");
+    let mut w = GgufWriter::new();
+    for t in file.tensors() {
+        if t.name != "blk.0.ffn_gate_exps.weight" {
+            w.add_tensor(t.name.clone(), t.ty, &t.dims, file.tensor_data(t).to_vec())
+                .expect("copy");
+        }
+    }
+    let file = GgufFile::from_bytes(w.to_bytes().expect("write")).expect("parse");
+    let store = WeightStore::gguf(Arc::new(file), LoadOptions::default());
+    let layer = MoeLayer::bind(&store, 0, &fx.cfg, 64).expect("bind");
+    assert!(layer.gate.is_none());
+    assert_eq!(layer.up.n_experts(), 4);
 }
 
 #[test]
