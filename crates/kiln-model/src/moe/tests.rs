@@ -672,6 +672,39 @@ fn an_expert_tensor_of_the_wrong_shape_reports_expected_and_found() {
 }
 
 #[test]
+fn float_experts_quantized_on_load_are_ranges_of_one_quantized_tensor() {
+    let (ne, rows, cols) = (3usize, 8usize, 64usize);
+    let m = Rng(23).vec(ne * rows * cols, 1.0);
+    let mut w = GgufWriter::new();
+    w.add_tensor(
+        "blk.0.ffn_up_exps.weight",
+        GgmlType::F32,
+        &[cols as u64, rows as u64, ne as u64],
+        m.iter().flat_map(|v| v.to_le_bytes()).collect(),
+    )
+    .expect("tensor");
+    let file = GgufFile::from_bytes(w.to_bytes().expect("write")).expect("parse");
+    let options = LoadOptions {
+        quantize: Some(GgmlType::Q8_0),
+    };
+    let store = WeightStore::gguf(Arc::new(file), options);
+    let experts = store
+        .experts("blk.0.ffn_up_exps.weight", cols, rows, ne)
+        .expect("experts");
+    let mut row = vec![0f32; cols];
+    for e in 0..ne {
+        let v = store.view(experts.get(e).expect("expert")).expect("view");
+        assert_eq!((v.ty(), v.rows(), v.cols()), (GgmlType::Q8_0, rows, cols));
+        for r in 0..rows {
+            v.dequantize_row(r, &mut row);
+            let src = &m[(e * rows + r) * cols..][..cols];
+            let want = dequantize(GgmlType::Q8_0, cols, &quantize(GgmlType::Q8_0, cols, src));
+            assert_eq!(bits(&row), bits(&want), "expert {e} row {r}");
+        }
+    }
+}
+
+#[test]
 fn separately_stored_experts_must_share_one_shape() {
     let fx = fixture(GgmlType::Q8_0, 64, moe_cfg(2, 1, 96), 14);
     let up = fx
