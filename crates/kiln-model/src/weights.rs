@@ -102,6 +102,44 @@ impl Weight {
     }
 }
 
+/// The per-expert matrices of one projection of a mixture-of-experts layer, all of one
+/// shape: views into a 3-D GGUF tensor ([`WeightStore::experts`]) or separately stored
+/// per-expert matrices ([`ExpertMatrices::from_matrices`]).
+#[derive(Clone, Debug)]
+pub struct ExpertMatrices {
+    experts: Vec<Weight>,
+}
+
+impl ExpertMatrices {
+    /// Experts stored as separate matrices (a Hugging Face checkpoint's
+    /// `experts.{e}.up_proj.weight`), in expert order; all must have one shape and type.
+    #[cfg_attr(not(test), allow(dead_code))] // no loader binds per-expert tensors yet
+    pub fn from_matrices(experts: Vec<Weight>) -> Result<ExpertMatrices, ModelError> {
+        if let Some(first) = experts.first()
+            && let Some(odd) = experts
+                .iter()
+                .find(|w| (w.rows, w.cols, w.ty) != (first.rows, first.cols, first.ty))
+        {
+            return Err(ModelError::ShapeMismatch {
+                tensor: odd.name.clone(),
+                expected: vec![first.cols as u64, first.rows as u64],
+                found: vec![odd.cols as u64, odd.rows as u64],
+            });
+        }
+        Ok(ExpertMatrices { experts })
+    }
+
+    /// Number of experts.
+    pub fn n_experts(&self) -> usize {
+        self.experts.len()
+    }
+
+    /// Expert `e`'s matrix.
+    pub fn get(&self, e: usize) -> Option<&Weight> {
+        self.experts.get(e)
+    }
+}
+
 /// A tensor found in the source: name in the file, type, GGML-order dims, bytes.
 struct Found<'a> {
     name: String,
@@ -256,11 +294,12 @@ impl WeightStore {
     /// shape `[rows, cols]`), in a type the kernels support.
     pub fn matrix(&self, name: &str, cols: usize, rows: usize) -> Result<Weight, ModelError> {
         let f = self.find(name).ok_or_else(|| self.missing(name))?;
-        // A transposed source (GPT-2 Conv1D) stores [cols, rows] row-major.
-        let expected = match f.transform {
+        // A transposed source (GPT-2 Conv1D) stores [cols, rows] row-major. A one-row matrix
+        // is stored as a vector (Qwen2-MoE's shared-expert gate, `[n_embd]`).
+        let expected = trim_trailing_ones(&match f.transform {
             Transform::Transpose => vec![rows as u64, cols as u64],
             _ => vec![cols as u64, rows as u64],
-        };
+        });
         if f.dims != expected {
             return Err(ModelError::ShapeMismatch {
                 tensor: f.name,
@@ -313,6 +352,67 @@ impl WeightStore {
             w = self.quantize(w, target)?;
         }
         Ok(w)
+    }
+
+    /// The experts of a 3-D expert tensor (GGUF `blk.N.ffn_{gate,up,down}_exps.weight`, dims
+    /// `[cols, rows, n_expert]`): one matrix of `rows` rows of `cols` elements per expert, each
+    /// a byte range of the mapped tensor (expert `e`'s rows are contiguous, `e * rows` rows
+    /// from the start), so nothing is copied. With `--quantize` the whole tensor is quantized
+    /// once and the experts are ranges of that buffer.
+    pub fn experts(
+        &self,
+        name: &str,
+        cols: usize,
+        rows: usize,
+        n_expert: usize,
+    ) -> Result<ExpertMatrices, ModelError> {
+        let f = self.find(name).ok_or_else(|| self.missing(name))?;
+        let expected = trim_trailing_ones(&[cols as u64, rows as u64, n_expert as u64]);
+        if f.dims != expected || f.transform != Transform::None {
+            return Err(ModelError::ShapeMismatch {
+                tensor: f.name,
+                expected,
+                found: f.dims,
+            });
+        }
+        let ty = match f.ty {
+            Some(ty) if kiln_quant::is_supported(ty) => ty,
+            _ => {
+                return Err(ModelError::UnsupportedTensorType {
+                    tensor: f.name,
+                    type_id: f.type_label.0,
+                    type_name: f.type_label.1,
+                });
+            }
+        };
+        let total_rows = rows.checked_mul(n_expert).ok_or_else(|| {
+            ModelError::InvalidConfig(format!(
+                "{name}: {n_expert} experts of {rows} rows overflow"
+            ))
+        })?;
+        let start = self.offset_in_shard(f.shard, f.data);
+        let mut all = Weight {
+            name: f.name,
+            ty,
+            rows: total_rows,
+            cols,
+            bytes: Bytes::Mapped {
+                shard: f.shard,
+                start,
+                len: f.data.len(),
+            },
+        };
+        if let Some(target) = self.options.quantize {
+            all = self.quantize(all, target)?;
+        }
+        let experts = (0..n_expert)
+            .map(|e| {
+                let mut w = all.rows(e * rows, rows)?;
+                w.name = format!("{} (expert {e})", all.name);
+                Ok(w)
+            })
+            .collect::<Result<Vec<_>, ModelError>>()?;
+        Ok(ExpertMatrices { experts })
     }
 
     /// Byte offset of `data` (a tensor's bytes) within the whole mapped shard.
