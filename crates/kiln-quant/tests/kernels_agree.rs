@@ -3,7 +3,7 @@
 //!
 //! * activation quantizers: bytes identical to scalar;
 //! * dequantizers: values identical to scalar (bit for bit);
-//! * dot: equal to scalar bit for bit (one canonical summation order, see `scalar::lanes`);
+//! * dot: equal to scalar bit for bit (one canonical summation order, see `scalar::util`);
 //! * dot4 / dot8 (GEMM) and dotr4 (GEMV): equal to the same table's dot bit for bit.
 
 mod common;

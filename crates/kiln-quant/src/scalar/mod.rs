@@ -3,9 +3,9 @@
 
 pub(crate) mod act;
 pub(crate) mod dequant;
-pub(crate) mod dot;
-pub(crate) mod dot_k;
-pub(crate) mod lanes;
+pub(crate) mod legacy;
+pub(crate) mod kquants;
+pub(crate) mod util;
 
 use crate::isa::Isa;
 use crate::kernels::{ActRows, Imp, Kernels, WeightKernels};
@@ -33,37 +33,37 @@ macro_rules! dotr4_of {
     };
 }
 
-dotr4_of!(dotr4_f32, dot::dot_f32);
-dotr4_of!(dotr4_f16, dot::dot_f16);
-dotr4_of!(dotr4_bf16, dot::dot_bf16);
-dotr4_of!(dotr4_q4_0, dot::dot_q4_0);
-dotr4_of!(dotr4_q4_1, dot::dot_q4_1);
-dotr4_of!(dotr4_q5_0, dot::dot_q5_0);
-dotr4_of!(dotr4_q8_0, dot::dot_q8_0);
-dotr4_of!(dotr4_q4_k, dot::dot_q4_k);
-dotr4_of!(dotr4_q6_k, dot::dot_q6_k);
-dotr4_of!(dotr4_q5_1, dot::dot_q5_1);
-dotr4_of!(dotr4_q2_k, dot_k::dot_q2_k);
-dotr4_of!(dotr4_q3_k, dot_k::dot_q3_k);
-dotr4_of!(dotr4_q5_k, dot_k::dot_q5_k);
-dotr4_of!(dotr4_iq4_nl, dot::dot_iq4_nl);
-dotr4_of!(dotr4_iq4_xs, dot_k::dot_iq4_xs);
+dotr4_of!(dotr4_f32, legacy::dot_f32);
+dotr4_of!(dotr4_f16, legacy::dot_f16);
+dotr4_of!(dotr4_bf16, legacy::dot_bf16);
+dotr4_of!(dotr4_q4_0, legacy::dot_q4_0);
+dotr4_of!(dotr4_q4_1, legacy::dot_q4_1);
+dotr4_of!(dotr4_q5_0, legacy::dot_q5_0);
+dotr4_of!(dotr4_q8_0, legacy::dot_q8_0);
+dotr4_of!(dotr4_q4_k, legacy::dot_q4_k);
+dotr4_of!(dotr4_q6_k, legacy::dot_q6_k);
+dotr4_of!(dotr4_q5_1, legacy::dot_q5_1);
+dotr4_of!(dotr4_q2_k, kquants::dot_q2_k);
+dotr4_of!(dotr4_q3_k, kquants::dot_q3_k);
+dotr4_of!(dotr4_q5_k, kquants::dot_q5_k);
+dotr4_of!(dotr4_iq4_nl, legacy::dot_iq4_nl);
+dotr4_of!(dotr4_iq4_xs, kquants::dot_iq4_xs);
 
-dot4_of!(dot4_f32, dot::dot_f32);
-dot4_of!(dot4_f16, dot::dot_f16);
-dot4_of!(dot4_bf16, dot::dot_bf16);
-dot4_of!(dot4_q4_0, dot::dot_q4_0);
-dot4_of!(dot4_q4_1, dot::dot_q4_1);
-dot4_of!(dot4_q5_0, dot::dot_q5_0);
-dot4_of!(dot4_q8_0, dot::dot_q8_0);
-dot4_of!(dot4_q4_k, dot::dot_q4_k);
-dot4_of!(dot4_q6_k, dot::dot_q6_k);
-dot4_of!(dot4_q5_1, dot::dot_q5_1);
-dot4_of!(dot4_q2_k, dot_k::dot_q2_k);
-dot4_of!(dot4_q3_k, dot_k::dot_q3_k);
-dot4_of!(dot4_q5_k, dot_k::dot_q5_k);
-dot4_of!(dot4_iq4_nl, dot::dot_iq4_nl);
-dot4_of!(dot4_iq4_xs, dot_k::dot_iq4_xs);
+dot4_of!(dot4_f32, legacy::dot_f32);
+dot4_of!(dot4_f16, legacy::dot_f16);
+dot4_of!(dot4_bf16, legacy::dot_bf16);
+dot4_of!(dot4_q4_0, legacy::dot_q4_0);
+dot4_of!(dot4_q4_1, legacy::dot_q4_1);
+dot4_of!(dot4_q5_0, legacy::dot_q5_0);
+dot4_of!(dot4_q8_0, legacy::dot_q8_0);
+dot4_of!(dot4_q4_k, legacy::dot_q4_k);
+dot4_of!(dot4_q6_k, legacy::dot_q6_k);
+dot4_of!(dot4_q5_1, legacy::dot_q5_1);
+dot4_of!(dot4_q2_k, kquants::dot_q2_k);
+dot4_of!(dot4_q3_k, kquants::dot_q3_k);
+dot4_of!(dot4_q5_k, kquants::dot_q5_k);
+dot4_of!(dot4_iq4_nl, legacy::dot_iq4_nl);
+dot4_of!(dot4_iq4_xs, kquants::dot_iq4_xs);
 
 const fn s<F>(f: F) -> Imp<F> {
     Imp {
@@ -86,7 +86,7 @@ pub(crate) static KERNELS: Kernels = Kernels {
     weights: [
         WeightKernels {
             dequant: s(dequant::dequant_f32),
-            dot: s(dot::dot_f32),
+            dot: s(legacy::dot_f32),
             dotr4: s(dotr4_f32),
             dot4: s(dot4_f32),
             dot8: None,
@@ -94,7 +94,7 @@ pub(crate) static KERNELS: Kernels = Kernels {
         },
         WeightKernels {
             dequant: s(dequant::dequant_f16),
-            dot: s(dot::dot_f16),
+            dot: s(legacy::dot_f16),
             dotr4: s(dotr4_f16),
             dot4: s(dot4_f16),
             dot8: None,
@@ -102,7 +102,7 @@ pub(crate) static KERNELS: Kernels = Kernels {
         },
         WeightKernels {
             dequant: s(dequant::dequant_bf16),
-            dot: s(dot::dot_bf16),
+            dot: s(legacy::dot_bf16),
             dotr4: s(dotr4_bf16),
             dot4: s(dot4_bf16),
             dot8: None,
@@ -110,7 +110,7 @@ pub(crate) static KERNELS: Kernels = Kernels {
         },
         WeightKernels {
             dequant: s(dequant::dequant_q4_0),
-            dot: s(dot::dot_q4_0),
+            dot: s(legacy::dot_q4_0),
             dotr4: s(dotr4_q4_0),
             dot4: s(dot4_q4_0),
             dot8: None,
@@ -118,7 +118,7 @@ pub(crate) static KERNELS: Kernels = Kernels {
         },
         WeightKernels {
             dequant: s(dequant::dequant_q4_1),
-            dot: s(dot::dot_q4_1),
+            dot: s(legacy::dot_q4_1),
             dotr4: s(dotr4_q4_1),
             dot4: s(dot4_q4_1),
             dot8: None,
@@ -126,7 +126,7 @@ pub(crate) static KERNELS: Kernels = Kernels {
         },
         WeightKernels {
             dequant: s(dequant::dequant_q5_0),
-            dot: s(dot::dot_q5_0),
+            dot: s(legacy::dot_q5_0),
             dotr4: s(dotr4_q5_0),
             dot4: s(dot4_q5_0),
             dot8: None,
@@ -134,7 +134,7 @@ pub(crate) static KERNELS: Kernels = Kernels {
         },
         WeightKernels {
             dequant: s(dequant::dequant_q8_0),
-            dot: s(dot::dot_q8_0),
+            dot: s(legacy::dot_q8_0),
             dotr4: s(dotr4_q8_0),
             dot4: s(dot4_q8_0),
             dot8: None,
@@ -142,7 +142,7 @@ pub(crate) static KERNELS: Kernels = Kernels {
         },
         WeightKernels {
             dequant: s(dequant::dequant_q4_k),
-            dot: s(dot::dot_q4_k),
+            dot: s(legacy::dot_q4_k),
             dotr4: s(dotr4_q4_k),
             dot4: s(dot4_q4_k),
             dot8: None,
@@ -150,7 +150,7 @@ pub(crate) static KERNELS: Kernels = Kernels {
         },
         WeightKernels {
             dequant: s(dequant::dequant_q6_k),
-            dot: s(dot::dot_q6_k),
+            dot: s(legacy::dot_q6_k),
             dotr4: s(dotr4_q6_k),
             dot4: s(dot4_q6_k),
             dot8: None,
@@ -158,7 +158,7 @@ pub(crate) static KERNELS: Kernels = Kernels {
         },
         WeightKernels {
             dequant: s(dequant::dequant_q5_1),
-            dot: s(dot::dot_q5_1),
+            dot: s(legacy::dot_q5_1),
             dotr4: s(dotr4_q5_1),
             dot4: s(dot4_q5_1),
             dot8: None,
@@ -166,7 +166,7 @@ pub(crate) static KERNELS: Kernels = Kernels {
         },
         WeightKernels {
             dequant: s(dequant::dequant_q2_k),
-            dot: s(dot_k::dot_q2_k),
+            dot: s(kquants::dot_q2_k),
             dotr4: s(dotr4_q2_k),
             dot4: s(dot4_q2_k),
             dot8: None,
@@ -174,7 +174,7 @@ pub(crate) static KERNELS: Kernels = Kernels {
         },
         WeightKernels {
             dequant: s(dequant::dequant_q3_k),
-            dot: s(dot_k::dot_q3_k),
+            dot: s(kquants::dot_q3_k),
             dotr4: s(dotr4_q3_k),
             dot4: s(dot4_q3_k),
             dot8: None,
@@ -182,7 +182,7 @@ pub(crate) static KERNELS: Kernels = Kernels {
         },
         WeightKernels {
             dequant: s(dequant::dequant_q5_k),
-            dot: s(dot_k::dot_q5_k),
+            dot: s(kquants::dot_q5_k),
             dotr4: s(dotr4_q5_k),
             dot4: s(dot4_q5_k),
             dot8: None,
@@ -190,7 +190,7 @@ pub(crate) static KERNELS: Kernels = Kernels {
         },
         WeightKernels {
             dequant: s(dequant::dequant_iq4_nl),
-            dot: s(dot::dot_iq4_nl),
+            dot: s(legacy::dot_iq4_nl),
             dotr4: s(dotr4_iq4_nl),
             dot4: s(dot4_iq4_nl),
             dot8: None,
@@ -198,7 +198,7 @@ pub(crate) static KERNELS: Kernels = Kernels {
         },
         WeightKernels {
             dequant: s(dequant::dequant_iq4_xs),
-            dot: s(dot_k::dot_iq4_xs),
+            dot: s(kquants::dot_iq4_xs),
             dotr4: s(dotr4_iq4_xs),
             dot4: s(dot4_iq4_xs),
             dot8: None,

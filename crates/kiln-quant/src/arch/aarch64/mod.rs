@@ -10,7 +10,7 @@ mod neon;
 
 use std::sync::LazyLock;
 
-use neon::{act, dot_k, float, legacy};
+use neon::{act, float, kquants, legacy};
 
 use crate::isa::Isa;
 use crate::kernels::{ActFn, Dot4Fn, DotFn, DotRowsFn, Imp, Kernels};
@@ -102,16 +102,16 @@ fn build<const DP: bool>() -> Kernels {
     set_dots(
         &mut k,
         WType::Q4K,
-        dot_k::dot_q4_k::<DP>,
-        dot_k::dotr4_q4_k::<DP>,
-        dot_k::dot4_q4_k::<DP>,
+        kquants::dot_q4_k::<DP>,
+        kquants::dotr4_q4_k::<DP>,
+        kquants::dot4_q4_k::<DP>,
     );
     set_dots(
         &mut k,
         WType::Q6K,
-        dot_k::dot_q6_k::<DP>,
-        dot_k::dotr4_q6_k::<DP>,
-        dot_k::dot4_q6_k::<DP>,
+        kquants::dot_q6_k::<DP>,
+        kquants::dotr4_q6_k::<DP>,
+        kquants::dot4_q6_k::<DP>,
     );
     k
 }

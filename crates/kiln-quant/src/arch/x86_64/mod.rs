@@ -3,7 +3,7 @@
 
 mod avx2;
 
-use avx2::{dequant, dot_k, dot_k2, float, legacy, legacy2};
+use avx2::{dequant, dot_k2, float, iquants, kquants, legacy};
 
 use crate::isa::Isa;
 use crate::kernels::{
@@ -154,24 +154,24 @@ pub(crate) static AVX2: Kernels = Kernels {
         ),
         w8(
             dequant::dequant_q4_k,
-            dot_k::dot_q4_k,
-            dot_k::dotr4_q4_k,
-            dot_k::dot4_q4_k,
-            dot_k::dot8_q4_k,
+            kquants::dot_q4_k,
+            kquants::dotr4_q4_k,
+            kquants::dot4_q4_k,
+            kquants::dot8_q4_k,
         ),
         w8(
             dequant::dequant_q6_k,
-            dot_k::dot_q6_k,
-            dot_k::dotr4_q6_k,
-            dot_k::dot4_q6_k,
-            dot_k::dot8_q6_k,
+            kquants::dot_q6_k,
+            kquants::dotr4_q6_k,
+            kquants::dot4_q6_k,
+            kquants::dot8_q6_k,
         ),
         // Dequantization: the scalar kernel (not on a hot path for this type).
         WeightKernels {
             dequant: s(scalar::dequant::dequant_q5_1),
-            dot: a(legacy2::dot_q5_1),
-            dotr4: a(legacy2::dotr4_q5_1),
-            dot4: a(legacy2::dot4_q5_1),
+            dot: a(iquants::dot_q5_1),
+            dotr4: a(iquants::dotr4_q5_1),
+            dot4: a(iquants::dot4_q5_1),
             dot8: None,
             dot8_unpacked: None,
         },
@@ -205,9 +205,9 @@ pub(crate) static AVX2: Kernels = Kernels {
         // Dequantization: the scalar kernel (not on a hot path for this type).
         WeightKernels {
             dequant: s(scalar::dequant::dequant_iq4_nl),
-            dot: a(legacy2::dot_iq4_nl),
-            dotr4: a(legacy2::dotr4_iq4_nl),
-            dot4: a(legacy2::dot4_iq4_nl),
+            dot: a(iquants::dot_iq4_nl),
+            dotr4: a(iquants::dotr4_iq4_nl),
+            dot4: a(iquants::dot4_iq4_nl),
             dot8: None,
             dot8_unpacked: None,
         },

@@ -4,7 +4,7 @@
 //! Every entry point is one instance of a tile kernel computing `R` weight rows × `T`
 //! activation rows: `dot` is 1 × 1, the GEMV kernel `dotr4` 4 × 1 (shared activation loads),
 //! the GEMM micro-kernel `dot4` 1 × 4 (each weight block unpacked once for four tokens). Each
-//! (row, token) pair performs the scalar oracle's operations in its order (`scalar::dot`):
+//! (row, token) pair performs the scalar oracle's operations in its order (`scalar::legacy`):
 //! 8 exact `i32` quad sums per block, converted to `f32` and fused-multiply-added with the
 //! scale `f16(dx) * f16(dy)`, then `hsum8`. So every shape and both quad-sum paths (`sdot`
 //! or widening multiplies, `DP`) give the scalar bits.

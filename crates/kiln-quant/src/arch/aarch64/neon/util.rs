@@ -1,5 +1,5 @@
 //! Small NEON building blocks shared by the kernels. An 8-lane vector of the canonical order
-//! (see `scalar::lanes`) is a pair of 4-lane registers: `.0` holds lanes 0..4 (bytes 0..16 of
+//! (see `scalar::util`) is a pair of 4-lane registers: `.0` holds lanes 0..4 (bytes 0..16 of
 //! a 32-byte group), `.1` lanes 4..8.
 //!
 //! The integer quad sums come from `sdot` when the CPU has `dotprod` (`DP = true`) and from
@@ -90,14 +90,14 @@ pub(crate) fn fma8(acc: F32x8, d: f32, q: I32x8) -> F32x8 {
     )
 }
 
-/// `scalar::lanes::hsum8`: `(a_i + a_{i+4})`, then `(r0 + r2) + (r1 + r3)`.
+/// `scalar::util::hsum8`: `(a_i + a_{i+4})`, then `(r0 + r2) + (r1 + r3)`.
 #[inline]
 #[target_feature(enable = "neon")]
 pub(crate) fn hsum8(a: F32x8) -> f32 {
     hsum4(vaddq_f32(a.0, a.1))
 }
 
-/// `scalar::lanes::hsum4`: `(a0 + a2) + (a1 + a3)`.
+/// `scalar::util::hsum4`: `(a0 + a2) + (a1 + a3)`.
 #[inline]
 #[target_feature(enable = "neon")]
 pub(crate) fn hsum4(r: float32x4_t) -> f32 {

@@ -111,7 +111,7 @@ pub(crate) fn dequant_q6_k(src: &[u8], dst: &mut [f32]) {
     for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
         let d = f16_to_f32(b.d);
         for h in 0..2 {
-            let q = super::dot_k::q6k_groups(b, h);
+            let q = super::kquants::q6k_groups(b, h);
             for (k, qk) in q.into_iter().enumerate() {
                 let v = _mm256_sub_epi8(qk, _mm256_set1_epi8(32));
                 let g = 4 * h + k;

@@ -2,7 +2,7 @@
 //! the operations of ggml's AVX2 `ggml_vec_dot_<type>_q8_K` in the same order (per
 //! super-block an exact 8-lane integer sum, converted to float and `fma`-accumulated with the
 //! super-block scale; Q2_K's mins in the same accumulator first, Q5_K's in a scalar chain),
-//! so they equal the scalar oracle in `scalar::dot_k` bit for bit. Where ggml broadcasts a
+//! so they equal the scalar oracle in `scalar::kquants` bit for bit. Where ggml broadcasts a
 //! sub-block scale with a byte shuffle we use `set1`: the integer lanes are identical.
 //!
 //! The GEMV (`dotr4`) entries are repeated single dots, and so are the GEMM (`dot4`) entries

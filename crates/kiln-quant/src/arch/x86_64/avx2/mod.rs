@@ -4,9 +4,9 @@
 
 pub(crate) mod act;
 pub(crate) mod dequant;
-pub(crate) mod dot_k;
+pub(crate) mod kquants;
 pub(crate) mod dot_k2;
 pub(crate) mod float;
 pub(crate) mod legacy;
-pub(crate) mod legacy2;
+pub(crate) mod iquants;
 pub(crate) mod util;

@@ -1,6 +1,6 @@
 //! AVX2 dot products of the 32-element types Q5_1 (× Q8_1) and IQ4_NL (× Q8_0), in the
 //! order of ggml's AVX2 `ggml_vec_dot_q5_1_q8_1` / `ggml_vec_dot_iq4_nl_q8_0`, equal to the
-//! scalar oracle in `scalar::dot` bit for bit. The GEMV (`dotr4`) entries are repeated single
+//! scalar oracle in `scalar::legacy` bit for bit. The GEMV (`dotr4`) entries are repeated single
 //! dots; Q5_1's GEMM (`dot4`) is a micro-kernel that unpacks each block once for four tokens,
 //! IQ4_NL's is four single dots.
 

@@ -1,5 +1,5 @@
 //! NEON kernels for Q4_K and Q6_K × Q8_K, as R × T tiles (`dot` 1 × 1, `dotr4` 4 × 1,
-//! `dot4` 1 × 4) performing the oracle's operations in its order (`scalar::dot::dot_q4_k`,
+//! `dot4` 1 × 4) performing the oracle's operations in its order (`scalar::legacy::dot_q4_k`,
 //! `dot_q6_k`): per super-block the 8 exact `i32` lanes of scaled quad sums (no `maddubs`
 //! saturation is reachable: 63 · 128 · 2 < 2^15), one `fma` with the super-block scale, and
 //! for Q4_K the mins in a 4-lane accumulator.

@@ -1,8 +1,8 @@
 //! Dot products with `Q8_K` activations of the K-quants other than Q4_K/Q6_K (those are in
-//! [`super::dot`]): Q2_K, Q3_K, Q5_K and IQ4_XS, each in the order of ggml's AVX2
-//! `ggml_vec_dot_<type>_q8_K` (see [`super::lanes`]).
+//! [`super::legacy`]): Q2_K, Q3_K, Q5_K and IQ4_XS, each in the order of ggml's AVX2
+//! `ggml_vec_dot_<type>_q8_K` (see [`super::util`]).
 
-use super::lanes::{
+use super::util::{
     add8, arr32, fma, fma8, hsum8, quads_small_scaled, quads_us_scaled, sign_trick,
 };
 use crate::blocks::{

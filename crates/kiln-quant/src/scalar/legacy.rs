@@ -1,8 +1,8 @@
 //! Dot products of a weight row with an activation row of its `vec_dot_type`, written out
-//! in the canonical order (see [`super::lanes`]): the oracle every SIMD kernel must equal
+//! in the canonical order (see [`super::util`]): the oracle every SIMD kernel must equal
 //! bit for bit.
 
-use super::lanes::{add8, arr32, fma, fma8, hsum4, hsum8, quads_ss, quads_us, quads_us_scaled};
+use super::util::{add8, arr32, fma, fma8, hsum4, hsum8, quads_ss, quads_us, quads_us_scaled};
 use crate::blocks::{
     BlockIQ4NL, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0,
     BlockQ8_1, BlockQ8K, IQ4NL_VALUES, QK_K, as_blocks, bf16_to_f32, q4k_scales_mins,
