@@ -2,9 +2,10 @@
 //! where no SIMD kernel exists.
 
 pub(crate) mod act;
-pub(crate) mod dequant;
-pub(crate) mod legacy;
+pub(crate) mod float;
+pub(crate) mod iquants;
 pub(crate) mod kquants;
+pub(crate) mod legacy;
 pub(crate) mod util;
 
 use crate::isa::Isa;
@@ -33,37 +34,37 @@ macro_rules! dotr4_of {
     };
 }
 
-dotr4_of!(dotr4_f32, legacy::dot_f32);
-dotr4_of!(dotr4_f16, legacy::dot_f16);
-dotr4_of!(dotr4_bf16, legacy::dot_bf16);
+dotr4_of!(dotr4_f32, float::dot_f32);
+dotr4_of!(dotr4_f16, float::dot_f16);
+dotr4_of!(dotr4_bf16, float::dot_bf16);
 dotr4_of!(dotr4_q4_0, legacy::dot_q4_0);
 dotr4_of!(dotr4_q4_1, legacy::dot_q4_1);
 dotr4_of!(dotr4_q5_0, legacy::dot_q5_0);
 dotr4_of!(dotr4_q8_0, legacy::dot_q8_0);
-dotr4_of!(dotr4_q4_k, legacy::dot_q4_k);
-dotr4_of!(dotr4_q6_k, legacy::dot_q6_k);
+dotr4_of!(dotr4_q4_k, kquants::dot_q4_k);
+dotr4_of!(dotr4_q6_k, kquants::dot_q6_k);
 dotr4_of!(dotr4_q5_1, legacy::dot_q5_1);
 dotr4_of!(dotr4_q2_k, kquants::dot_q2_k);
 dotr4_of!(dotr4_q3_k, kquants::dot_q3_k);
 dotr4_of!(dotr4_q5_k, kquants::dot_q5_k);
-dotr4_of!(dotr4_iq4_nl, legacy::dot_iq4_nl);
-dotr4_of!(dotr4_iq4_xs, kquants::dot_iq4_xs);
+dotr4_of!(dotr4_iq4_nl, iquants::dot_iq4_nl);
+dotr4_of!(dotr4_iq4_xs, iquants::dot_iq4_xs);
 
-dot4_of!(dot4_f32, legacy::dot_f32);
-dot4_of!(dot4_f16, legacy::dot_f16);
-dot4_of!(dot4_bf16, legacy::dot_bf16);
+dot4_of!(dot4_f32, float::dot_f32);
+dot4_of!(dot4_f16, float::dot_f16);
+dot4_of!(dot4_bf16, float::dot_bf16);
 dot4_of!(dot4_q4_0, legacy::dot_q4_0);
 dot4_of!(dot4_q4_1, legacy::dot_q4_1);
 dot4_of!(dot4_q5_0, legacy::dot_q5_0);
 dot4_of!(dot4_q8_0, legacy::dot_q8_0);
-dot4_of!(dot4_q4_k, legacy::dot_q4_k);
-dot4_of!(dot4_q6_k, legacy::dot_q6_k);
+dot4_of!(dot4_q4_k, kquants::dot_q4_k);
+dot4_of!(dot4_q6_k, kquants::dot_q6_k);
 dot4_of!(dot4_q5_1, legacy::dot_q5_1);
 dot4_of!(dot4_q2_k, kquants::dot_q2_k);
 dot4_of!(dot4_q3_k, kquants::dot_q3_k);
 dot4_of!(dot4_q5_k, kquants::dot_q5_k);
-dot4_of!(dot4_iq4_nl, legacy::dot_iq4_nl);
-dot4_of!(dot4_iq4_xs, kquants::dot_iq4_xs);
+dot4_of!(dot4_iq4_nl, iquants::dot_iq4_nl);
+dot4_of!(dot4_iq4_xs, iquants::dot_iq4_xs);
 
 const fn s<F>(f: F) -> Imp<F> {
     Imp {
@@ -85,31 +86,31 @@ pub(crate) static KERNELS: Kernels = Kernels {
     ],
     weights: [
         WeightKernels {
-            dequant: s(dequant::dequant_f32),
-            dot: s(legacy::dot_f32),
+            dequant: s(float::dequant_f32),
+            dot: s(float::dot_f32),
             dotr4: s(dotr4_f32),
             dot4: s(dot4_f32),
             dot8: None,
             dot8_unpacked: None,
         },
         WeightKernels {
-            dequant: s(dequant::dequant_f16),
-            dot: s(legacy::dot_f16),
+            dequant: s(float::dequant_f16),
+            dot: s(float::dot_f16),
             dotr4: s(dotr4_f16),
             dot4: s(dot4_f16),
             dot8: None,
             dot8_unpacked: None,
         },
         WeightKernels {
-            dequant: s(dequant::dequant_bf16),
-            dot: s(legacy::dot_bf16),
+            dequant: s(float::dequant_bf16),
+            dot: s(float::dot_bf16),
             dotr4: s(dotr4_bf16),
             dot4: s(dot4_bf16),
             dot8: None,
             dot8_unpacked: None,
         },
         WeightKernels {
-            dequant: s(dequant::dequant_q4_0),
+            dequant: s(legacy::dequant_q4_0),
             dot: s(legacy::dot_q4_0),
             dotr4: s(dotr4_q4_0),
             dot4: s(dot4_q4_0),
@@ -117,7 +118,7 @@ pub(crate) static KERNELS: Kernels = Kernels {
             dot8_unpacked: None,
         },
         WeightKernels {
-            dequant: s(dequant::dequant_q4_1),
+            dequant: s(legacy::dequant_q4_1),
             dot: s(legacy::dot_q4_1),
             dotr4: s(dotr4_q4_1),
             dot4: s(dot4_q4_1),
@@ -125,7 +126,7 @@ pub(crate) static KERNELS: Kernels = Kernels {
             dot8_unpacked: None,
         },
         WeightKernels {
-            dequant: s(dequant::dequant_q5_0),
+            dequant: s(legacy::dequant_q5_0),
             dot: s(legacy::dot_q5_0),
             dotr4: s(dotr4_q5_0),
             dot4: s(dot4_q5_0),
@@ -133,7 +134,7 @@ pub(crate) static KERNELS: Kernels = Kernels {
             dot8_unpacked: None,
         },
         WeightKernels {
-            dequant: s(dequant::dequant_q8_0),
+            dequant: s(legacy::dequant_q8_0),
             dot: s(legacy::dot_q8_0),
             dotr4: s(dotr4_q8_0),
             dot4: s(dot4_q8_0),
@@ -141,23 +142,23 @@ pub(crate) static KERNELS: Kernels = Kernels {
             dot8_unpacked: None,
         },
         WeightKernels {
-            dequant: s(dequant::dequant_q4_k),
-            dot: s(legacy::dot_q4_k),
+            dequant: s(kquants::dequant_q4_k),
+            dot: s(kquants::dot_q4_k),
             dotr4: s(dotr4_q4_k),
             dot4: s(dot4_q4_k),
             dot8: None,
             dot8_unpacked: None,
         },
         WeightKernels {
-            dequant: s(dequant::dequant_q6_k),
-            dot: s(legacy::dot_q6_k),
+            dequant: s(kquants::dequant_q6_k),
+            dot: s(kquants::dot_q6_k),
             dotr4: s(dotr4_q6_k),
             dot4: s(dot4_q6_k),
             dot8: None,
             dot8_unpacked: None,
         },
         WeightKernels {
-            dequant: s(dequant::dequant_q5_1),
+            dequant: s(legacy::dequant_q5_1),
             dot: s(legacy::dot_q5_1),
             dotr4: s(dotr4_q5_1),
             dot4: s(dot4_q5_1),
@@ -165,7 +166,7 @@ pub(crate) static KERNELS: Kernels = Kernels {
             dot8_unpacked: None,
         },
         WeightKernels {
-            dequant: s(dequant::dequant_q2_k),
+            dequant: s(kquants::dequant_q2_k),
             dot: s(kquants::dot_q2_k),
             dotr4: s(dotr4_q2_k),
             dot4: s(dot4_q2_k),
@@ -173,7 +174,7 @@ pub(crate) static KERNELS: Kernels = Kernels {
             dot8_unpacked: None,
         },
         WeightKernels {
-            dequant: s(dequant::dequant_q3_k),
+            dequant: s(kquants::dequant_q3_k),
             dot: s(kquants::dot_q3_k),
             dotr4: s(dotr4_q3_k),
             dot4: s(dot4_q3_k),
@@ -181,7 +182,7 @@ pub(crate) static KERNELS: Kernels = Kernels {
             dot8_unpacked: None,
         },
         WeightKernels {
-            dequant: s(dequant::dequant_q5_k),
+            dequant: s(kquants::dequant_q5_k),
             dot: s(kquants::dot_q5_k),
             dotr4: s(dotr4_q5_k),
             dot4: s(dot4_q5_k),
@@ -189,16 +190,16 @@ pub(crate) static KERNELS: Kernels = Kernels {
             dot8_unpacked: None,
         },
         WeightKernels {
-            dequant: s(dequant::dequant_iq4_nl),
-            dot: s(legacy::dot_iq4_nl),
+            dequant: s(iquants::dequant_iq4_nl),
+            dot: s(iquants::dot_iq4_nl),
             dotr4: s(dotr4_iq4_nl),
             dot4: s(dot4_iq4_nl),
             dot8: None,
             dot8_unpacked: None,
         },
         WeightKernels {
-            dequant: s(dequant::dequant_iq4_xs),
-            dot: s(kquants::dot_iq4_xs),
+            dequant: s(iquants::dequant_iq4_xs),
+            dot: s(iquants::dot_iq4_xs),
             dotr4: s(dotr4_iq4_xs),
             dot4: s(dot4_iq4_xs),
             dot8: None,

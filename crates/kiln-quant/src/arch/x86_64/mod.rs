@@ -3,7 +3,7 @@
 
 mod avx2;
 
-use avx2::{dequant, dot_k2, float, iquants, kquants, legacy};
+use avx2::{float, iquants, kquants, legacy};
 
 use crate::isa::Isa;
 use crate::kernels::{
@@ -94,7 +94,7 @@ pub(crate) static AVX2: Kernels = Kernels {
     ],
     weights: [
         WeightKernels {
-            dequant: s(scalar::dequant::dequant_f32),
+            dequant: s(scalar::float::dequant_f32),
             dot: Imp {
                 isa: Isa::Avx2,
                 f: float::dot_f32,
@@ -111,19 +111,19 @@ pub(crate) static AVX2: Kernels = Kernels {
             dot8_unpacked: None,
         },
         w(
-            dequant::dequant_f16,
+            float::dequant_f16,
             float::dot_f16,
             float::dotr4_f16,
             float::dot4_f16,
         ),
         w(
-            dequant::dequant_bf16,
+            float::dequant_bf16,
             float::dot_bf16,
             float::dotr4_bf16,
             float::dot4_bf16,
         ),
         w8u(
-            dequant::dequant_q4_0,
+            legacy::dequant_q4_0,
             legacy::dot_q4_0,
             legacy::dotr4_q4_0,
             legacy::dot4_q4_0,
@@ -131,14 +131,14 @@ pub(crate) static AVX2: Kernels = Kernels {
             legacy::dot8_i8,
         ),
         w8(
-            dequant::dequant_q4_1,
+            legacy::dequant_q4_1,
             legacy::dot_q4_1,
             legacy::dotr4_q4_1,
             legacy::dot4_q4_1,
             legacy::dot8_q4_1,
         ),
         w8u(
-            dequant::dequant_q5_0,
+            legacy::dequant_q5_0,
             legacy::dot_q5_0,
             legacy::dotr4_q5_0,
             legacy::dot4_q5_0,
@@ -146,21 +146,21 @@ pub(crate) static AVX2: Kernels = Kernels {
             legacy::dot8_i8,
         ),
         w8(
-            dequant::dequant_q8_0,
+            legacy::dequant_q8_0,
             legacy::dot_q8_0,
             legacy::dotr4_q8_0,
             legacy::dot4_q8_0,
             legacy::dot8_q8_0,
         ),
         w8(
-            dequant::dequant_q4_k,
+            kquants::dequant_q4_k,
             kquants::dot_q4_k,
             kquants::dotr4_q4_k,
             kquants::dot4_q4_k,
             kquants::dot8_q4_k,
         ),
         w8(
-            dequant::dequant_q6_k,
+            kquants::dequant_q6_k,
             kquants::dot_q6_k,
             kquants::dotr4_q6_k,
             kquants::dot4_q6_k,
@@ -168,43 +168,43 @@ pub(crate) static AVX2: Kernels = Kernels {
         ),
         // Dequantization: the scalar kernel (not on a hot path for this type).
         WeightKernels {
-            dequant: s(scalar::dequant::dequant_q5_1),
-            dot: a(iquants::dot_q5_1),
-            dotr4: a(iquants::dotr4_q5_1),
-            dot4: a(iquants::dot4_q5_1),
+            dequant: s(scalar::legacy::dequant_q5_1),
+            dot: a(legacy::dot_q5_1),
+            dotr4: a(legacy::dotr4_q5_1),
+            dot4: a(legacy::dot4_q5_1),
             dot8: None,
             dot8_unpacked: None,
         },
         // Dequantization: the scalar kernel (not on a hot path for this type).
         WeightKernels {
-            dequant: s(scalar::dequant::dequant_q2_k),
-            dot: a(dot_k2::dot_q2_k),
-            dotr4: a(dot_k2::dotr4_q2_k),
-            dot4: a(dot_k2::dot4_q2_k),
+            dequant: s(scalar::kquants::dequant_q2_k),
+            dot: a(kquants::dot_q2_k),
+            dotr4: a(kquants::dotr4_q2_k),
+            dot4: a(kquants::dot4_q2_k),
             dot8: None,
             dot8_unpacked: None,
         },
         // Dequantization: the scalar kernel (not on a hot path for this type).
         WeightKernels {
-            dequant: s(scalar::dequant::dequant_q3_k),
-            dot: a(dot_k2::dot_q3_k),
-            dotr4: a(dot_k2::dotr4_q3_k),
-            dot4: a(dot_k2::dot4_q3_k),
+            dequant: s(scalar::kquants::dequant_q3_k),
+            dot: a(kquants::dot_q3_k),
+            dotr4: a(kquants::dotr4_q3_k),
+            dot4: a(kquants::dot4_q3_k),
             dot8: None,
             dot8_unpacked: None,
         },
         // Dequantization: the scalar kernel (not on a hot path for this type).
         WeightKernels {
-            dequant: s(scalar::dequant::dequant_q5_k),
-            dot: a(dot_k2::dot_q5_k),
-            dotr4: a(dot_k2::dotr4_q5_k),
-            dot4: a(dot_k2::dot4_q5_k),
+            dequant: s(scalar::kquants::dequant_q5_k),
+            dot: a(kquants::dot_q5_k),
+            dotr4: a(kquants::dotr4_q5_k),
+            dot4: a(kquants::dot4_q5_k),
             dot8: None,
             dot8_unpacked: None,
         },
         // Dequantization: the scalar kernel (not on a hot path for this type).
         WeightKernels {
-            dequant: s(scalar::dequant::dequant_iq4_nl),
+            dequant: s(scalar::iquants::dequant_iq4_nl),
             dot: a(iquants::dot_iq4_nl),
             dotr4: a(iquants::dotr4_iq4_nl),
             dot4: a(iquants::dot4_iq4_nl),
@@ -213,10 +213,10 @@ pub(crate) static AVX2: Kernels = Kernels {
         },
         // Dequantization: the scalar kernel (not on a hot path for this type).
         WeightKernels {
-            dequant: s(scalar::dequant::dequant_iq4_xs),
-            dot: a(dot_k2::dot_iq4_xs),
-            dotr4: a(dot_k2::dotr4_iq4_xs),
-            dot4: a(dot_k2::dot4_iq4_xs),
+            dequant: s(scalar::iquants::dequant_iq4_xs),
+            dot: a(iquants::dot_iq4_xs),
+            dotr4: a(iquants::dotr4_iq4_xs),
+            dot4: a(iquants::dot4_iq4_xs),
             dot8: None,
             dot8_unpacked: None,
         },

@@ -1,70 +1,39 @@
-//! AVX2 dot products of the 32-element types Q5_1 (× Q8_1) and IQ4_NL (× Q8_0), in the
-//! order of ggml's AVX2 `ggml_vec_dot_q5_1_q8_1` / `ggml_vec_dot_iq4_nl_q8_0`, equal to the
-//! scalar oracle in `scalar::legacy` bit for bit. The GEMV (`dotr4`) entries are repeated single
-//! dots; Q5_1's GEMM (`dot4`) is a micro-kernel that unpacks each block once for four tokens,
-//! IQ4_NL's is four single dots.
+//! AVX2 kernels of the non-linear 4-bit types: IQ4_NL (32-element blocks × Q8_0) and IQ4_XS
+//! (256-element super-blocks × Q8_K), which share the level lookup (a byte shuffle through
+//! the 16 levels) and the signed × signed multiply. Each dot follows ggml's AVX2
+//! `ggml_vec_dot_iq4_nl_q8_0` / `ggml_vec_dot_iq4_xs_q8_K` in order, equal to the scalar
+//! oracle in `scalar::iquants` bit for bit. The GEMV (`dotr4`) and GEMM (`dot4`) entries are
+//! repeated single dots; dequantization is the scalar kernel (off the hot path).
 
 use std::arch::x86_64::*;
 
-use super::dot_k2::{iq4_levels, mul_add_i8};
-use super::float::{dot4_by_dot, dotr4_by_dot};
-use super::legacy::rows4;
 use super::util::*;
-use crate::blocks::{BlockIQ4NL, BlockQ5_1, BlockQ8_0, BlockQ8_1, as_blocks};
+use crate::blocks::{
+    BlockIQ4NL, BlockIQ4XS, BlockQ8_0, BlockQ8K, IQ4NL_VALUES, as_blocks, iq4xs_scale,
+};
 use crate::kernels::ActRows;
 
-/// Q5_1 × Q8_1: per block `summs = fma(m, s, summs)` (ggml's `summs += m * s`, fused by its
-/// x86 builds as for Q4_1) and `fma(f16(dx) * f16(dy), quads, acc)` on the unsigned 5-bit
-/// values; result `hsum_float_8(acc) + summs`.
+/// The 32 signed levels of 16 bytes of IQ4 nibbles (low nibbles first): a byte shuffle
+/// through the level table.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn dot_q5_1(w: &[u8], a: &[u8]) -> f32 {
-    let (w, a): (&[BlockQ5_1], &[BlockQ8_1]) = (as_blocks(w), as_blocks(a));
-    assert_eq!(w.len(), a.len());
-    let bit4 = _mm256_set1_epi8(0x10);
-    let mut acc = _mm256_setzero_ps();
-    let mut summs = 0.0f32;
-    for (x, y) in w.iter().zip(a) {
-        let dm = f16x2_to_f32(x.d, x.m);
-        let ds = f16x2_to_f32(y.d, y.s);
-        let mx = _mm_cvtss_f32(_mm_movehdup_ps(dm));
-        let sy = _mm_cvtss_f32(_mm_movehdup_ps(ds));
-        summs = mx.mul_add(sy, summs);
-        let qx = _mm256_or_si256(nibbles32(&x.qs), _mm256_and_si256(bits32(&x.qh), bit4));
-        let d = _mm256_mul_ps(_mm256_broadcastss_ps(dm), _mm256_broadcastss_ps(ds));
-        let q = mul_sum_us8_pairs_f32(qx, load_i8x32(&y.qs));
-        acc = _mm256_fmadd_ps(q, d, acc);
-    }
-    hsum_f32x8(acc) + summs
+fn iq4_levels(qs: &[u8]) -> __m256i {
+    let table = load_bytes16(&IQ4NL_VALUES);
+    let m4 = _mm_set1_epi8(0x0F);
+    let bits = load_bytes16(qs);
+    let lo = _mm_shuffle_epi8(table, _mm_and_si128(bits, m4));
+    let hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16::<4>(bits), m4));
+    _mm256_set_m128i(hi, lo)
 }
 
-/// One Q5_1 row × four Q8_1 rows: each block unpacked once, then per token the operations of
-/// [`dot_q5_1`] in its order (bit-identical to four single dots). The tokens' `d, s` come
-/// widened in `a.sc` (exact conversions, the same values `dot_q5_1` converts itself).
+/// Signed × signed bytes through the sign trick, as `i16` pair sums (ggml's `mul_add_epi8`).
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn dot4_q5_1(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
-    let w: &[BlockQ5_1] = as_blocks(w);
-    let ys = rows4::<BlockQ8_1>(&a, w.len());
-    let sc: [&[f32]; 4] = std::array::from_fn(|t| a.scales(t, 2 * w.len()));
-    let bit4 = _mm256_set1_epi8(0x10);
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut summs = [0.0f32; 4];
-    for (i, x) in w.iter().enumerate() {
-        let dm = f16x2_to_f32(x.d, x.m);
-        let dx = _mm256_broadcastss_ps(dm);
-        let mx = _mm_cvtss_f32(_mm_movehdup_ps(dm));
-        let qx = _mm256_or_si256(nibbles32(&x.qs), _mm256_and_si256(bits32(&x.qh), bit4));
-        for t in 0..4 {
-            let (dy, sy) = (sc[t][2 * i], sc[t][2 * i + 1]);
-            summs[t] = mx.mul_add(sy, summs[t]);
-            let d = _mm256_mul_ps(dx, _mm256_set1_ps(dy));
-            let q = mul_sum_us8_pairs_f32(qx, load_i8x32(&ys[t][i].qs));
-            acc[t] = _mm256_fmadd_ps(q, d, acc[t]);
-        }
-    }
-    for t in 0..4 {
-        out[t] = hsum_f32x8(acc[t]) + summs[t];
-    }
+fn mul_add_i8(x: __m256i, y: __m256i) -> __m256i {
+    _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
 }
+
+// ---------------------------------------------------------------- IQ4_NL × Q8_0
 
 /// One IQ4_NL block against one Q8_0 block: `(f16(dy) * f16(dx), 8 quad sums)`.
 #[inline]
@@ -118,6 +87,28 @@ pub(crate) fn dot_iq4_nl(w: &[u8], a: &[u8]) -> f32 {
     sum
 }
 
-dotr4_by_dot!(dotr4_q5_1, dot_q5_1);
+// ---------------------------------------------------------------- IQ4_XS × Q8_K
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn dot_iq4_xs(w: &[u8], a: &[u8]) -> f32 {
+    let (w, a): (&[BlockIQ4XS], &[BlockQ8K]) = (as_blocks(w), as_blocks(a));
+    assert_eq!(w.len(), a.len());
+    let mut acc = _mm256_setzero_ps();
+    for (x, y) in w.iter().zip(a) {
+        let mut sumi = _mm256_setzero_si256();
+        for j in 0..8 {
+            let q = iq4_levels(&x.qs[16 * j..16 * j + 16]);
+            let q8 = load_bytes32(&y.qs[32 * j..32 * j + 32]);
+            let ls = _mm256_set1_epi16(iq4xs_scale(x, j) as i16);
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(mul_add_i8(q, q8), ls));
+        }
+        let d = f16_to_f32(x.d) * y.d.get();
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_f32x8(acc)
+}
+
 dotr4_by_dot!(dotr4_iq4_nl, dot_iq4_nl);
+dotr4_by_dot!(dotr4_iq4_xs, dot_iq4_xs);
 dot4_by_dot!(dot4_iq4_nl, dot_iq4_nl);
+dot4_by_dot!(dot4_iq4_xs, dot_iq4_xs);
