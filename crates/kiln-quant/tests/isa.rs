@@ -60,7 +60,7 @@ fn an_isa_the_cpu_lacks_is_refused_not_replaced() {
 
 #[test]
 fn this_x86_machine_runs_the_avx2_kernels_in_tests() {
-    // The brief's machine has AVX2; if it ever does not, the agreement tests would only
+    // The development machine has AVX2; if it ever does not, the agreement tests would only
     // compare scalar with itself, so say so loudly.
     #[cfg(target_arch = "x86_64")]
     assert!(
@@ -103,7 +103,7 @@ fn coverage_table_matches_the_crate_docs() {
         assert_eq!(isa_of("dot", ty), Isa::Avx2, "dot {ty}");
         assert_eq!(isa_of("dot4", ty), Isa::Avx2, "dot4 {ty}");
         assert_eq!(isa_of("dotr4", ty), Isa::Avx2, "dotr4 {ty}");
-        // F32 dequantization is a copy; the types added in wave 4 dequantize with the scalar
+        // F32 dequantization is a copy; Q5_1, Q2_K, Q3_K, Q5_K and the IQ4 types dequantize with the scalar
         // kernel (off the hot path: only dots run per token).
         let scalar_dequant = [
             GgmlType::F32,
