@@ -243,8 +243,6 @@ pub(crate) fn dot8_q4_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
 
 // ---------------------------------------------------------------- Q5_K × Q8_K
 
-// ---------------------------------------------------------------- Q5_K × Q8_K
-
 /// `sum_j m_j * (bsum_2j + bsum_2j+1)` (pair sums wrapped to `i16` by `hadd_epi16`), exact.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
