@@ -11,24 +11,6 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use kiln_quant::{GgmlType, Isa, MatmulScratch, QMatrix, kernels_for, matmul, vec_dot_type};
 
-const TYPES: &[GgmlType] = &[
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q8_0,
-    GgmlType::Q4_K,
-    GgmlType::Q6_K,
-    GgmlType::Q5_1,
-    GgmlType::Q2_K,
-    GgmlType::Q3_K,
-    GgmlType::Q5_K,
-    GgmlType::IQ4_NL,
-    GgmlType::IQ4_XS,
-];
-
 /// Deterministic pseudo-random bytes.
 fn bytes(n: usize, mut s: u64) -> Vec<u8> {
     (0..n)
@@ -84,7 +66,7 @@ fn bench_dot(c: &mut Criterion) {
     g.warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(1))
         .sample_size(20);
-    for &ty in TYPES {
+    for ty in kiln_quant::supported_types() {
         let w = weights(ty, n);
         let act = vec_dot_type(ty).expect("supported");
         g.throughput(Throughput::Bytes(w.len() as u64));
@@ -106,7 +88,7 @@ fn bench_dequant(c: &mut Criterion) {
     g.warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(1))
         .sample_size(20);
-    for &ty in TYPES {
+    for ty in kiln_quant::supported_types() {
         let w = weights(ty, n);
         let mut out = vec![0.0f32; n];
         g.throughput(Throughput::Bytes(w.len() as u64));
@@ -130,12 +112,7 @@ fn bench_quantize(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(1))
         .sample_size(20);
     g.throughput(Throughput::Bytes((n * 4) as u64));
-    for act in [
-        GgmlType::Q8_0,
-        GgmlType::Q8_1,
-        GgmlType::Q8_K,
-        GgmlType::F16,
-    ] {
+    for act in kiln_quant::activation_types() {
         for k in tables() {
             let mut out = vec![0u8; n / act.block_elems() * act.block_bytes()];
             g.bench_with_input(BenchmarkId::new(act.name(), k.isa()), &(), |b, _| {

@@ -6,6 +6,12 @@
 //! kernel where a fast one does not exist yet ([`Kernels::implementations`] lists them; the
 //! crate docs carry the same table).
 //!
+//! The tables form a ladder, after ggml's per-ISA `quants.c` + `arch-fallback.h`: the scalar
+//! table (`scalar::table`) is generated from the type lists in `crate::types`, and each SIMD
+//! table starts from it, or from a table whose ISA its own implies ([`Kernels::inherit`]),
+//! and replaces the entries its ISA has code for (`set_dots`, `set_dequant`, …). A new type
+//! thus runs everywhere as soon as it has scalar kernels.
+//!
 //! The function pointers are `unsafe fn` whose only obligation is "this CPU supports the
 //! table's ISA". A `&Kernels` can only be obtained from [`kernels_for`] (or [`kernels`]),
 //! which checks exactly that, so holding one is the proof. Lengths are the callers' business:
@@ -175,6 +181,65 @@ pub struct Kernels {
     pub(crate) act: [Imp<ActFn>; AType::COUNT],
     /// Indexed by `WType as usize`.
     pub(crate) weights: [WeightKernels; WType::COUNT],
+}
+
+/// Building an ISA's table from its parent's: every entry starts as the parent's kernel (and
+/// keeps saying which ISA implements it), and each setter replaces one with code of the new
+/// table's ISA. So a table lists only what its ISA implements, and an entry it does not set
+/// is its parent's, honestly reported by [`Kernels::implementations`].
+impl Kernels {
+    /// A table for `isa` that starts as `parent` (the scalar table, or another table of the
+    /// same architecture whose ISA `isa` implies).
+    pub(crate) const fn inherit(parent: Kernels, isa: Isa) -> Kernels {
+        Kernels { isa, ..parent }
+    }
+
+    const fn own<F>(&self, f: F) -> Imp<F> {
+        Imp { isa: self.isa, f }
+    }
+
+    /// Replaces the activation converter of `a`.
+    pub(crate) const fn set_quantize(&mut self, a: AType, f: ActFn) {
+        self.act[a as usize] = self.own(f);
+    }
+
+    /// Replaces the dequantizer of `w`.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) const fn set_dequant(&mut self, w: WType, f: DequantFn) {
+        self.weights[w as usize].dequant = self.own(f);
+    }
+
+    /// Replaces the dot product of `w` and its GEMV and GEMM kernels (which must equal the dot
+    /// bit for bit).
+    pub(crate) const fn set_dots(&mut self, w: WType, dot: DotFn, dotr4: DotRowsFn, dot4: Dot4Fn) {
+        let k = &mut self.weights[w as usize];
+        k.dot = Imp {
+            isa: self.isa,
+            f: dot,
+        };
+        k.dotr4 = Imp {
+            isa: self.isa,
+            f: dotr4,
+        };
+        k.dot4 = Imp {
+            isa: self.isa,
+            f: dot4,
+        };
+    }
+
+    /// Gives `w` an eight-token GEMM micro-kernel.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) const fn set_dot8(&mut self, w: WType, dot8: Dot8Fn) {
+        self.weights[w as usize].dot8 = Some(self.own(dot8));
+        self.weights[w as usize].dot8_unpacked = None;
+    }
+
+    /// Gives `w` an eight-token GEMM micro-kernel over rows unpacked once per token tile.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) const fn set_dot8_unpacked(&mut self, w: WType, unpack: UnpackFn, dot8: Dot8Fn) {
+        self.weights[w as usize].dot8_unpacked = Some((self.own(unpack), self.own(dot8)));
+        self.weights[w as usize].dot8 = None;
+    }
 }
 
 /// Which ISA implements one kernel of a table (see [`Kernels::implementations`]).

@@ -65,9 +65,18 @@ pub fn is_supported(ty: GgmlType) -> bool {
     WType::of(ty).is_some()
 }
 
-/// Every weight type kiln-quant computes with.
+/// Every weight type kiln-quant computes with (dequantizes and dots with activations), in
+/// family order: F32, F16, BF16, the legacy types, the K-quants, IQ4_NL, IQ4_XS. Derived
+/// from the one list in `types.rs` that also builds the scalar kernel table, so every type
+/// here has kernels on every ISA.
 pub fn supported_types() -> Vec<GgmlType> {
     WType::ALL.iter().map(|w| w.ggml()).collect()
+}
+
+/// Every activation type (what activations are converted to before a dot product: F32, F16,
+/// BF16, Q8_0, Q8_1, Q8_K), from the same list as the kernel tables.
+pub fn activation_types() -> Vec<GgmlType> {
+    AType::ALL.iter().map(|a| a.ggml()).collect()
 }
 
 /// The type activations are converted to before a dot product with weights of type `ty`

@@ -3,7 +3,7 @@
 //!
 //! * activation quantizers: bytes identical to scalar;
 //! * dequantizers: values identical to scalar (bit for bit);
-//! * dot: equal to scalar bit for bit (one canonical summation order, see `scalar::lanes`);
+//! * dot: equal to scalar bit for bit (one canonical summation order, see `scalar::util`);
 //! * dot4 / dot8 (GEMM) and dotr4 (GEMV): equal to the same table's dot bit for bit.
 
 mod common;
@@ -55,7 +55,7 @@ fn check_quantize_matches_scalar(k: &Kernels, act: GgmlType, x: &[f32], what: &s
 
 #[test]
 fn every_isa_quantizes_activations_to_the_same_bytes_as_scalar() {
-    for &act in ACT_TYPES {
+    for act in act_types() {
         let be = act.block_elems().max(32);
         for &nb in BLOCK_COUNTS {
             let n = if act == GgmlType::Q8_K {
@@ -91,7 +91,7 @@ fn activation_quantizers_agree_on_non_finite_and_extreme_values() {
         let mut x = random_acts(512, &mut SeedRng::new(i as u64));
         x[3] = s;
         x[300] = s;
-        for &act in ACT_TYPES {
+        for act in act_types() {
             if act == GgmlType::Q8_K && s.is_nan() {
                 continue; // NaN in a Q8_K block: ggml's reference output is garbage, ours too
             }
@@ -116,7 +116,7 @@ fn q8_k_quantizers_agree_on_blocks_of_tiny_values() {
 
 #[test]
 fn every_isa_dequantizes_to_the_same_values_as_scalar() {
-    for &ty in WEIGHT_TYPES {
+    for ty in weight_types() {
         for case in cases(ty, 6) {
             let want = dequant(ty, &case.w);
             for k in tables() {
@@ -156,7 +156,7 @@ fn check_dot(k: &Kernels, case: &Case) {
 
 #[test]
 fn every_isa_dot_equals_scalar_bit_for_bit() {
-    for &ty in WEIGHT_TYPES {
+    for ty in weight_types() {
         for case in cases(ty, 8) {
             for k in tables() {
                 check_dot(k, &case);
@@ -167,7 +167,7 @@ fn every_isa_dot_equals_scalar_bit_for_bit() {
 
 #[test]
 fn dot4_equals_four_single_dots_bit_for_bit() {
-    for &ty in WEIGHT_TYPES {
+    for ty in weight_types() {
         let act = vec_dot_type(ty).expect("supported");
         for case in cases(ty, 3) {
             let n = case.x.len();
@@ -195,7 +195,7 @@ fn dot4_equals_four_single_dots_bit_for_bit() {
 
 #[test]
 fn dot8_equals_eight_single_dots_bit_for_bit() {
-    for &ty in WEIGHT_TYPES {
+    for ty in weight_types() {
         let act = vec_dot_type(ty).expect("supported");
         for case in cases(ty, 3) {
             let n = case.x.len();
@@ -223,7 +223,7 @@ fn dot8_equals_eight_single_dots_bit_for_bit() {
 
 #[test]
 fn dotr4_equals_four_single_dots_bit_for_bit() {
-    for &ty in WEIGHT_TYPES {
+    for ty in weight_types() {
         let act = vec_dot_type(ty).expect("supported");
         for case in cases(ty, 3) {
             let mut rng = SeedRng::new(case.seed ^ 0x4242);
@@ -276,7 +276,7 @@ fn q4_1_dot_uses_the_precomputed_block_sum() {
 }
 
 fn type_strategy() -> impl Strategy<Value = GgmlType> {
-    prop::sample::select(WEIGHT_TYPES.to_vec())
+    prop::sample::select(weight_types())
 }
 
 proptest! {
@@ -297,7 +297,7 @@ proptest! {
     }
 
     #[test]
-    fn fast_quantizers_equal_scalar(act in prop::sample::select(ACT_TYPES.to_vec()),
+    fn fast_quantizers_equal_scalar(act in prop::sample::select(act_types()),
                                     x in prop::collection::vec(prop_oneof![
                                         4 => -3.0f32..3.0,
                                         1 => (-127i32..=127).prop_map(|v| v as f32 + 0.5),
@@ -353,7 +353,7 @@ fn arbitrary_act_row(act: GgmlType, n_blocks: usize, rng: &mut SeedRng) -> Vec<u
 fn every_isa_dot_equals_scalar_on_arbitrary_activation_bytes() {
     // Quantized activations hold -128 only for non-finite inputs; the sign trick of ggml's
     // AVX2 code treats it specially, and every ISA must reproduce that (dot, dotr4, dot4, dot8).
-    for &ty in WEIGHT_TYPES.iter().filter(|t| t.block_elems() > 1) {
+    for ty in weight_types().into_iter().filter(|t| t.block_elems() > 1) {
         let act = vec_dot_type(ty).expect("supported");
         for (seed, nb) in [(1u64, 1usize), (2, 3), (3, 8)] {
             let mut rng = SeedRng::new(seed * 7919 + ty.id() as u64);

@@ -182,61 +182,12 @@ impl<'a> Rows<'a> {
     }
 }
 
-/// `N` registers (8·N dimensions from `d0`) of an f16 accumulator through all keys.
-///
-/// # Safety
-/// `acc[d0..d0 + 8N]` must exist and every key row `r` must have `v[r + d0..r + d0 + 8N]`
-/// (guaranteed by the wrapper's page check, as `d0 + 8N ≤ acc.len()`).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn accum_f16_regs<const N: usize>(
-    acc: &mut [f16],
-    v: &[f16],
-    pages: &[usize],
-    bs: usize,
-    first: usize,
-    ms: &[f32],
-    vs: &[f32],
-    d0: usize,
-) {
-    let dv = acc.len();
-    let ap = acc[d0..d0 + 8 * N].as_mut_ptr();
-    let mut a = [_mm256_setzero_ps(); N];
-    for (j, aj) in a.iter_mut().enumerate() {
-        // SAFETY: `ap` points at 8·N halves.
-        *aj = unsafe { load_f16x8(ap.add(8 * j)) };
-    }
-    let vp = v.as_ptr();
-    let mut rows = Rows::new(pages, bs, dv, first);
-    for (&m, &w) in ms.iter().zip(vs) {
-        let row = rows.next_row() + d0;
-        if m != 1.0 {
-            let mv = _mm256_set1_ps(m);
-            for aj in a.iter_mut() {
-                *aj = r16(_mm256_mul_ps(*aj, mv));
-            }
-        }
-        let wv = _mm256_set1_ps(w);
-        for (j, aj) in a.iter_mut().enumerate() {
-            // SAFETY: the key's row holds `dv ≥ d0 + 8N` halves inside a checked page.
-            let x = unsafe { load_f16x8(vp.add(row + 8 * j)) };
-            *aj = r16(_mm256_fmadd_ps(x, wv, *aj));
-        }
-    }
-    for (j, aj) in a.iter().enumerate() {
-        let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(*aj);
-        // SAFETY: `ap` points at 8·N halves.
-        unsafe { _mm_storeu_si128(ap.add(8 * j).cast(), h) };
-    }
-}
-
-/// Value elements an f32 accumulator can take eight at a time (widened exactly).
+/// Value elements an accumulator can take eight at a time (widened exactly).
 trait Value8: Copy {
     /// Eight values at `p` as f32.
     ///
     /// # Safety
-    /// `p..p + 8` must be readable.
+    /// `p..p + 8` must be readable, and the CPU must have AVX2, FMA and F16C.
     unsafe fn load8(p: *const Self) -> __m256;
     fn widen(self) -> f32;
 }
@@ -265,16 +216,90 @@ impl Value8 for f16 {
     }
 }
 
-/// As [`accum_f16_regs`] for an f32 accumulator over f32 or f16 values (widened exactly).
+/// An accumulator element: an f32 accumulator keeps every step's float result; an f16 one
+/// rounds it to f16 after every step, exactly as a store and reload would (the scalar
+/// oracle's `accum_f16`).
+trait Acc8: Value8 {
+    /// Rounds eight lanes to the accumulator's precision.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C.
+    unsafe fn round8(x: __m256) -> __m256;
+    /// Writes eight lanes, already rounded by [`Acc8::round8`] (so exactly representable), to
+    /// `p`.
+    ///
+    /// # Safety
+    /// `p..p + 8` must be writable, and the CPU must have AVX2, FMA and F16C.
+    unsafe fn store8(p: *mut Self, x: __m256);
+    /// Rounds one value to the accumulator's precision.
+    fn round(x: f32) -> f32;
+    /// The nearest accumulator value to `x`.
+    fn narrow(x: f32) -> Self;
+}
+
+impl Acc8 for f32 {
+    #[inline(always)]
+    unsafe fn round8(x: __m256) -> __m256 {
+        x
+    }
+    #[inline(always)]
+    unsafe fn store8(p: *mut f32, x: __m256) {
+        // SAFETY: the caller's contract.
+        unsafe { _mm256_storeu_ps(p, x) }
+    }
+    #[inline(always)]
+    fn round(x: f32) -> f32 {
+        x
+    }
+    #[inline(always)]
+    fn narrow(x: f32) -> f32 {
+        x
+    }
+}
+
+impl Acc8 for f16 {
+    #[inline(always)]
+    unsafe fn round8(x: __m256) -> __m256 {
+        // SAFETY: the caller's contract (F16C).
+        unsafe { r16(x) }
+    }
+    #[inline(always)]
+    unsafe fn store8(p: *mut f16, x: __m256) {
+        // SAFETY: the caller's contract: F16C, and 16 writable bytes (unaligned store).
+        unsafe { _mm_storeu_si128(p.cast(), _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x)) }
+    }
+    #[inline(always)]
+    fn round(x: f32) -> f32 {
+        f16::from_f32(x).to_f32()
+    }
+    #[inline(always)]
+    fn narrow(x: f32) -> f16 {
+        f16::from_f32(x)
+    }
+}
+
+/// One key's step on one accumulator element, as the scalar oracle takes it: rescale by `m`
+/// (skipped when 1), rounded to the accumulator's precision, then `fma(x, w, ·)`, rounded.
+#[inline(always)]
+fn step<A: Acc8, V: Value8>(a: &mut A, x: V, m: f32, w: f32) {
+    let mut y = a.widen();
+    if m != 1.0 {
+        y = A::round(y * m);
+    }
+    *a = A::narrow(x.widen().mul_add(w, y));
+}
+
+/// `N` registers (8·N dimensions from `d0`) of the accumulator through all keys.
 ///
 /// # Safety
-/// As [`accum_f16_regs`].
+/// `acc[d0..d0 + 8N]` must exist and every key row `r` must have `v[r + d0..r + d0 + 8N]`
+/// (guaranteed by the wrapper's page check, as `d0 + 8N ≤ acc.len()`).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn accum_f32_regs<const N: usize>(
-    acc: &mut [f32],
-    v: &[impl Value8],
+unsafe fn accum_regs<const N: usize, A: Acc8, V: Value8>(
+    acc: &mut [A],
+    v: &[V],
     pages: &[usize],
     bs: usize,
     first: usize,
@@ -286,8 +311,8 @@ unsafe fn accum_f32_regs<const N: usize>(
     let ap = acc[d0..d0 + 8 * N].as_mut_ptr();
     let mut a = [_mm256_setzero_ps(); N];
     for (j, aj) in a.iter_mut().enumerate() {
-        // SAFETY: `ap` points at 8·N floats.
-        *aj = unsafe { _mm256_loadu_ps(ap.add(8 * j)) };
+        // SAFETY: `ap` points at 8·N accumulators; this function's target features.
+        *aj = unsafe { A::load8(ap.add(8 * j)) };
     }
     let vp = v.as_ptr();
     let mut rows = Rows::new(pages, bs, dv, first);
@@ -296,24 +321,62 @@ unsafe fn accum_f32_regs<const N: usize>(
         if m != 1.0 {
             let mv = _mm256_set1_ps(m);
             for aj in a.iter_mut() {
-                *aj = _mm256_mul_ps(*aj, mv);
+                // SAFETY: this function's target features.
+                *aj = unsafe { A::round8(_mm256_mul_ps(*aj, mv)) };
             }
         }
         let wv = _mm256_set1_ps(w);
         for (j, aj) in a.iter_mut().enumerate() {
-            // SAFETY: as in `accum_f16_regs`.
-            let x = unsafe { Value8::load8(vp.add(row + 8 * j)) };
-            *aj = _mm256_fmadd_ps(x, wv, *aj);
+            // SAFETY: the key's row holds `dv ≥ d0 + 8N` values inside a checked page.
+            let x = unsafe { V::load8(vp.add(row + 8 * j)) };
+            // SAFETY: this function's target features.
+            *aj = unsafe { A::round8(_mm256_fmadd_ps(x, wv, *aj)) };
         }
     }
     for (j, aj) in a.iter().enumerate() {
-        // SAFETY: `ap` points at 8·N floats.
-        unsafe { _mm256_storeu_ps(ap.add(8 * j), *aj) };
+        // SAFETY: `ap` points at 8·N accumulators; this function's target features.
+        unsafe { A::store8(ap.add(8 * j), *aj) };
+    }
+}
+
+/// Value accumulation over keys `first..first + ms.len()`: 64 dimensions at a time in
+/// registers, then 8, then the tail one element at a time with the scalar oracle's step.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn accum<A: Acc8, V: Value8>(
+    acc: &mut [A],
+    v: &[V],
+    pages: &[usize],
+    bs: usize,
+    first: usize,
+    ms: &[f32],
+    vs: &[f32],
+) {
+    let dv = acc.len();
+    let mut d0 = 0;
+    while d0 + 64 <= dv {
+        // SAFETY: `d0 + 64 ≤ dv`; pages checked by the wrapper.
+        unsafe { accum_regs::<8, A, V>(acc, v, pages, bs, first, ms, vs, d0) };
+        d0 += 64;
+    }
+    while d0 + 8 <= dv {
+        // SAFETY: `d0 + 8 ≤ dv`; pages checked by the wrapper.
+        unsafe { accum_regs::<1, A, V>(acc, v, pages, bs, first, ms, vs, d0) };
+        d0 += 8;
+    }
+    if d0 < dv {
+        let mut rows = Rows::new(pages, bs, dv, first);
+        for (&m, &w) in ms.iter().zip(vs) {
+            let row = rows.next_row();
+            for d in d0..dv {
+                step(&mut acc[d], v[row + d], m, w);
+            }
+        }
     }
 }
 
 macro_rules! accum_kernel {
-    ($name:ident, $acc:ty, $val:ty, $regs:ident, $scalar_step:expr) => {
+    ($name:ident, $acc:ty, $val:ty) => {
         #[target_feature(enable = "avx2,fma,f16c")]
         pub(super) fn $name(
             acc: &mut [$acc],
@@ -324,48 +387,11 @@ macro_rules! accum_kernel {
             ms: &[f32],
             vs: &[f32],
         ) {
-            let dv = acc.len();
-            let mut d0 = 0;
-            while d0 + 64 <= dv {
-                // SAFETY: `d0 + 64 ≤ dv`; pages checked by the wrapper.
-                unsafe { $regs::<8>(acc, v, pages, bs, first, ms, vs, d0) };
-                d0 += 64;
-            }
-            while d0 + 8 <= dv {
-                // SAFETY: `d0 + 8 ≤ dv`; pages checked by the wrapper.
-                unsafe { $regs::<1>(acc, v, pages, bs, first, ms, vs, d0) };
-                d0 += 8;
-            }
-            if d0 < dv {
-                let mut rows = Rows::new(pages, bs, dv, first);
-                for (&m, &w) in ms.iter().zip(vs) {
-                    let row = rows.next_row();
-                    let step: fn(&mut $acc, $val, f32, f32) = $scalar_step;
-                    for d in d0..dv {
-                        step(&mut acc[d], v[row + d], m, w);
-                    }
-                }
-            }
+            accum::<$acc, $val>(acc, v, pages, bs, first, ms, vs)
         }
     };
 }
 
-accum_kernel!(accum_f16, f16, f16, accum_f16_regs, |a, x, m, w| {
-    let mut y = a.to_f32();
-    if m != 1.0 {
-        y = f16::from_f32(y * m).to_f32();
-    }
-    *a = f16::from_f32(x.to_f32().mul_add(w, y));
-});
-accum_kernel!(accum_f32, f32, f32, accum_f32_regs, |a, x, m, w| {
-    if m != 1.0 {
-        *a *= m;
-    }
-    *a = x.widen().mul_add(w, *a);
-});
-accum_kernel!(accum_f16_f32, f32, f16, accum_f32_regs, |a, x, m, w| {
-    if m != 1.0 {
-        *a *= m;
-    }
-    *a = x.widen().mul_add(w, *a);
-});
+accum_kernel!(accum_f16, f16, f16);
+accum_kernel!(accum_f32, f32, f32);
+accum_kernel!(accum_f16_f32, f32, f16);

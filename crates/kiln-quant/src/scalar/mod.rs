@@ -1,69 +1,23 @@
 //! Portable kernels: the reference every SIMD implementation is tested against, and what runs
 //! where no SIMD kernel exists.
+//!
+//! One file per type family, mirrored in every SIMD directory (`arch/x86_64/avx2/`,
+//! `arch/aarch64/neon/`): `float` (F32, F16, BF16), `legacy` (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0),
+//! `kquants` (Q2_K … Q6_K), `iquants` (IQ4_NL, IQ4_XS); `act` holds the activation
+//! quantizers and `util` what the families share. Each family file holds, per type, the
+//! dequantizer and the dot product with the type's activation row; the scalar table
+//! ([`table`]) is generated from the type lists in `crate::types`.
 
 pub(crate) mod act;
-pub(crate) mod dequant;
-pub(crate) mod dot;
-pub(crate) mod dot_k;
-pub(crate) mod lanes;
+pub(crate) mod float;
+pub(crate) mod iquants;
+pub(crate) mod kquants;
+pub(crate) mod legacy;
+pub(crate) mod util;
 
 use crate::isa::Isa;
-use crate::kernels::{ActRows, Imp, Kernels, WeightKernels};
-
-/// A four-row dot made of four single dots (bit-identical to them by construction).
-macro_rules! dot4_of {
-    ($name:ident, $dot:path) => {
-        pub(crate) fn $name(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
-            let len = a.a.len() - 3 * a.stride;
-            for (t, o) in out.iter_mut().enumerate() {
-                *o = $dot(w, a.row(t, len));
-            }
-        }
-    };
-}
-
-/// Four weight rows against one activation row: four single dots.
-macro_rules! dotr4_of {
-    ($name:ident, $dot:path) => {
-        pub(crate) fn $name(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32; 4]) {
-            for (r, o) in out.iter_mut().enumerate() {
-                *o = $dot(&w[r * row_bytes..(r + 1) * row_bytes], a);
-            }
-        }
-    };
-}
-
-dotr4_of!(dotr4_f32, dot::dot_f32);
-dotr4_of!(dotr4_f16, dot::dot_f16);
-dotr4_of!(dotr4_bf16, dot::dot_bf16);
-dotr4_of!(dotr4_q4_0, dot::dot_q4_0);
-dotr4_of!(dotr4_q4_1, dot::dot_q4_1);
-dotr4_of!(dotr4_q5_0, dot::dot_q5_0);
-dotr4_of!(dotr4_q8_0, dot::dot_q8_0);
-dotr4_of!(dotr4_q4_k, dot::dot_q4_k);
-dotr4_of!(dotr4_q6_k, dot::dot_q6_k);
-dotr4_of!(dotr4_q5_1, dot::dot_q5_1);
-dotr4_of!(dotr4_q2_k, dot_k::dot_q2_k);
-dotr4_of!(dotr4_q3_k, dot_k::dot_q3_k);
-dotr4_of!(dotr4_q5_k, dot_k::dot_q5_k);
-dotr4_of!(dotr4_iq4_nl, dot::dot_iq4_nl);
-dotr4_of!(dotr4_iq4_xs, dot_k::dot_iq4_xs);
-
-dot4_of!(dot4_f32, dot::dot_f32);
-dot4_of!(dot4_f16, dot::dot_f16);
-dot4_of!(dot4_bf16, dot::dot_bf16);
-dot4_of!(dot4_q4_0, dot::dot_q4_0);
-dot4_of!(dot4_q4_1, dot::dot_q4_1);
-dot4_of!(dot4_q5_0, dot::dot_q5_0);
-dot4_of!(dot4_q8_0, dot::dot_q8_0);
-dot4_of!(dot4_q4_k, dot::dot_q4_k);
-dot4_of!(dot4_q6_k, dot::dot_q6_k);
-dot4_of!(dot4_q5_1, dot::dot_q5_1);
-dot4_of!(dot4_q2_k, dot_k::dot_q2_k);
-dot4_of!(dot4_q3_k, dot_k::dot_q3_k);
-dot4_of!(dot4_q5_k, dot_k::dot_q5_k);
-dot4_of!(dot4_iq4_nl, dot::dot_iq4_nl);
-dot4_of!(dot4_iq4_xs, dot_k::dot_iq4_xs);
+use crate::kernels::{ActFn, ActRows, Imp, Kernels, WeightKernels};
+use crate::types::{AType, WType, activation_types, weight_types};
 
 const fn s<F>(f: F) -> Imp<F> {
     Imp {
@@ -72,137 +26,81 @@ const fn s<F>(f: F) -> Imp<F> {
     }
 }
 
-/// Indexed like [`crate::types::AType::ALL`] / [`crate::types::WType::ALL`].
-pub(crate) static KERNELS: Kernels = Kernels {
-    isa: Isa::Scalar,
-    act: [
-        s(act::convert_f32),
-        s(act::convert_f16),
-        s(act::convert_bf16),
-        s(act::quantize_q8_0),
-        s(act::quantize_q8_1),
-        s(act::quantize_q8_k),
-    ],
-    weights: [
+/// Four weight rows (`row_bytes` apart in `w`) against one activation row: four single dots.
+#[inline(always)]
+fn rows_by_dot(
+    w: &[u8],
+    row_bytes: usize,
+    a: &[u8],
+    out: &mut [f32; 4],
+    dot: impl Fn(&[u8], &[u8]) -> f32,
+) {
+    for (r, o) in out.iter_mut().enumerate() {
+        *o = dot(&w[r * row_bytes..(r + 1) * row_bytes], a);
+    }
+}
+
+/// One weight row against four activation rows: four single dots.
+#[inline(always)]
+fn tokens_by_dot(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4], dot: impl Fn(&[u8], &[u8]) -> f32) {
+    let len = a.a.len() - 3 * a.stride;
+    for (t, o) in out.iter_mut().enumerate() {
+        *o = dot(w, a.row(t, len));
+    }
+}
+
+/// The scalar kernels of one weight type: its dequantizer and dot, and the four-row kernels
+/// made of the dot (bit-identical to it by construction).
+macro_rules! weight_kernels {
+    ($fam:ident::{$deq:ident, $dot:ident}) => {{
+        fn dotr4(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32; 4]) {
+            rows_by_dot(w, row_bytes, a, out, $fam::$dot)
+        }
+        fn dot4(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
+            tokens_by_dot(w, a, out, $fam::$dot)
+        }
         WeightKernels {
-            dequant: s(dequant::dequant_f32),
-            dot: s(dot::dot_f32),
-            dotr4: s(dotr4_f32),
-            dot4: s(dot4_f32),
+            dequant: s($fam::$deq),
+            dot: s($fam::$dot),
+            dotr4: s(dotr4),
+            dot4: s(dot4),
             dot8: None,
             dot8_unpacked: None,
-        },
-        WeightKernels {
-            dequant: s(dequant::dequant_f16),
-            dot: s(dot::dot_f16),
-            dotr4: s(dotr4_f16),
-            dot4: s(dot4_f16),
-            dot8: None,
-            dot8_unpacked: None,
-        },
-        WeightKernels {
-            dequant: s(dequant::dequant_bf16),
-            dot: s(dot::dot_bf16),
-            dotr4: s(dotr4_bf16),
-            dot4: s(dot4_bf16),
-            dot8: None,
-            dot8_unpacked: None,
-        },
-        WeightKernels {
-            dequant: s(dequant::dequant_q4_0),
-            dot: s(dot::dot_q4_0),
-            dotr4: s(dotr4_q4_0),
-            dot4: s(dot4_q4_0),
-            dot8: None,
-            dot8_unpacked: None,
-        },
-        WeightKernels {
-            dequant: s(dequant::dequant_q4_1),
-            dot: s(dot::dot_q4_1),
-            dotr4: s(dotr4_q4_1),
-            dot4: s(dot4_q4_1),
-            dot8: None,
-            dot8_unpacked: None,
-        },
-        WeightKernels {
-            dequant: s(dequant::dequant_q5_0),
-            dot: s(dot::dot_q5_0),
-            dotr4: s(dotr4_q5_0),
-            dot4: s(dot4_q5_0),
-            dot8: None,
-            dot8_unpacked: None,
-        },
-        WeightKernels {
-            dequant: s(dequant::dequant_q8_0),
-            dot: s(dot::dot_q8_0),
-            dotr4: s(dotr4_q8_0),
-            dot4: s(dot4_q8_0),
-            dot8: None,
-            dot8_unpacked: None,
-        },
-        WeightKernels {
-            dequant: s(dequant::dequant_q4_k),
-            dot: s(dot::dot_q4_k),
-            dotr4: s(dotr4_q4_k),
-            dot4: s(dot4_q4_k),
-            dot8: None,
-            dot8_unpacked: None,
-        },
-        WeightKernels {
-            dequant: s(dequant::dequant_q6_k),
-            dot: s(dot::dot_q6_k),
-            dotr4: s(dotr4_q6_k),
-            dot4: s(dot4_q6_k),
-            dot8: None,
-            dot8_unpacked: None,
-        },
-        WeightKernels {
-            dequant: s(dequant::dequant_q5_1),
-            dot: s(dot::dot_q5_1),
-            dotr4: s(dotr4_q5_1),
-            dot4: s(dot4_q5_1),
-            dot8: None,
-            dot8_unpacked: None,
-        },
-        WeightKernels {
-            dequant: s(dequant::dequant_q2_k),
-            dot: s(dot_k::dot_q2_k),
-            dotr4: s(dotr4_q2_k),
-            dot4: s(dot4_q2_k),
-            dot8: None,
-            dot8_unpacked: None,
-        },
-        WeightKernels {
-            dequant: s(dequant::dequant_q3_k),
-            dot: s(dot_k::dot_q3_k),
-            dotr4: s(dotr4_q3_k),
-            dot4: s(dot4_q3_k),
-            dot8: None,
-            dot8_unpacked: None,
-        },
-        WeightKernels {
-            dequant: s(dequant::dequant_q5_k),
-            dot: s(dot_k::dot_q5_k),
-            dotr4: s(dotr4_q5_k),
-            dot4: s(dot4_q5_k),
-            dot8: None,
-            dot8_unpacked: None,
-        },
-        WeightKernels {
-            dequant: s(dequant::dequant_iq4_nl),
-            dot: s(dot::dot_iq4_nl),
-            dotr4: s(dotr4_iq4_nl),
-            dot4: s(dot4_iq4_nl),
-            dot8: None,
-            dot8_unpacked: None,
-        },
-        WeightKernels {
-            dequant: s(dequant::dequant_iq4_xs),
-            dot: s(dot_k::dot_iq4_xs),
-            dotr4: s(dotr4_iq4_xs),
-            dot4: s(dot4_iq4_xs),
-            dot8: None,
-            dot8_unpacked: None,
-        },
-    ],
-};
+        }
+    }};
+}
+
+macro_rules! weight_table {
+    ($($w:ident => $a:ident, $fam:ident::{$deq:ident, $dot:ident};)*) => {
+        /// The scalar kernels of every weight type, indexed by [`WType`] (the same list, in
+        /// the same order, generates both).
+        const fn weight_table() -> [WeightKernels; WType::COUNT] {
+            [$(weight_kernels!($fam::{$deq, $dot})),*]
+        }
+    };
+}
+weight_types!(weight_table);
+
+macro_rules! act_table {
+    ($($a:ident => $quantize:ident;)*) => {
+        /// The scalar activation converters, indexed by [`AType`] (the same list, in the same
+        /// order, generates both).
+        const fn act_table() -> [Imp<ActFn>; AType::COUNT] {
+            [$(s(act::$quantize)),*]
+        }
+    };
+}
+activation_types!(act_table);
+
+/// The scalar table: a kernel for every activation and weight type. Every SIMD table starts
+/// from it (or from a table that did) and replaces the entries it has code for
+/// ([`Kernels::inherit`]).
+pub(crate) const fn table() -> Kernels {
+    Kernels {
+        isa: Isa::Scalar,
+        act: act_table(),
+        weights: weight_table(),
+    }
+}
+
+pub(crate) static KERNELS: Kernels = table();

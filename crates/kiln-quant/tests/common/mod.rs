@@ -1,36 +1,20 @@
 //! Shared test helpers: a seeded generator, random blocks of every type, activation rows with
-//! the awkward values (ties, outliers, zero blocks), and the list of kernel tables to feed.
+//! the awkward values (ties, outliers, zero blocks), the types (the crate's own lists) and
+//! the kernel tables to feed.
 #![allow(dead_code)]
 
 use kiln_quant::{GgmlType, Isa, Kernels, kernels_for};
 
-/// Every weight type kiln-quant supports, with its activation type.
-pub const WEIGHT_TYPES: &[GgmlType] = &[
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q8_0,
-    GgmlType::Q4_K,
-    GgmlType::Q6_K,
-    GgmlType::Q5_1,
-    GgmlType::Q2_K,
-    GgmlType::Q3_K,
-    GgmlType::Q5_K,
-    GgmlType::IQ4_NL,
-    GgmlType::IQ4_XS,
-];
+/// Every weight type kiln-quant supports: the crate's own list, so no type can be left out
+/// of a test (one without a generator or budget below fails).
+pub fn weight_types() -> Vec<GgmlType> {
+    kiln_quant::supported_types()
+}
 
-pub const ACT_TYPES: &[GgmlType] = &[
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q8_0,
-    GgmlType::Q8_1,
-    GgmlType::Q8_K,
-];
+/// Every activation type, from the crate's own list.
+pub fn act_types() -> Vec<GgmlType> {
+    kiln_quant::activation_types()
+}
 
 /// The kernel tables this machine can run, scalar first.
 pub fn tables() -> Vec<&'static Kernels> {

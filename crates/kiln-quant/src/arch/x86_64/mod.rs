@@ -1,224 +1,126 @@
 //! x86-64 kernels. Today: AVX2 (+ FMA + F16C), the level ggml's default x86 build uses.
-//! AVX-512 / VNNI tables will sit beside it.
+//! An AVX-512 table would start from [`avx2_table`] and override what it implements.
 
 mod avx2;
 
-use avx2::{dequant, dot_k, dot_k2, float, legacy, legacy2};
+use avx2::{act, float, iquants, kquants, legacy};
 
 use crate::isa::Isa;
-use crate::kernels::{
-    ActFn, DequantFn, Dot4Fn, Dot8Fn, DotFn, DotRowsFn, Imp, Kernels, UnpackFn, WeightKernels,
-};
+use crate::kernels::Kernels;
 use crate::scalar;
+use crate::types::AType;
+use crate::types::WType::*;
 
-const fn v(f: ActFn) -> Imp<ActFn> {
-    Imp { isa: Isa::Avx2, f }
-}
+/// The AVX2 table: the scalar table with the entries AVX2 code implements replaced (the
+/// others stay scalar and say so). Its `unsafe fn` entries need AVX2, FMA and F16C, which
+/// `kernels_for(Isa::Avx2)` checks before handing it out.
+pub(crate) const fn avx2_table() -> Kernels {
+    let mut k = Kernels::inherit(scalar::table(), Isa::Avx2);
 
-/// A weight type whose kernels are all AVX2.
-const fn w(dequant: DequantFn, dot: DotFn, dotr4: DotRowsFn, dot4: Dot4Fn) -> WeightKernels {
-    WeightKernels {
-        dequant: Imp {
-            isa: Isa::Avx2,
-            f: dequant,
-        },
-        dot: Imp {
-            isa: Isa::Avx2,
-            f: dot,
-        },
-        dotr4: Imp {
-            isa: Isa::Avx2,
-            f: dotr4,
-        },
-        dot4: Imp {
-            isa: Isa::Avx2,
-            f: dot4,
-        },
-        dot8: None,
-        dot8_unpacked: None,
-    }
-}
+    // Activations. F32 and BF16 stay scalar (a copy, a conversion; not hot). For Q8_K
+    // ggml's x86 build runs its scalar reference; this gives the same bytes.
+    k.set_quantize(AType::F16, act::convert_f16);
+    k.set_quantize(AType::Q8_0, act::quantize_q8_0);
+    k.set_quantize(AType::Q8_1, act::quantize_q8_1);
+    k.set_quantize(AType::Q8_K, act::quantize_q8_k);
 
-/// [`w`] with an eight-token GEMM micro-kernel over rows unpacked once per token tile.
-const fn w8u(
-    dequant: DequantFn,
-    dot: DotFn,
-    dotr4: DotRowsFn,
-    dot4: Dot4Fn,
-    unpack: UnpackFn,
-    dot8: Dot8Fn,
-) -> WeightKernels {
-    let mut k = w(dequant, dot, dotr4, dot4);
-    k.dot8_unpacked = Some((a(unpack), a(dot8)));
+    // Float types (F32 dequantization stays the scalar copy).
+    k.set_dots(F32, float::dot_f32, float::dotr4_f32, float::dot4_f32);
+    k.set_dequant(F16, float::dequant_f16);
+    k.set_dots(F16, float::dot_f16, float::dotr4_f16, float::dot4_f16);
+    k.set_dequant(BF16, float::dequant_bf16);
+    k.set_dots(BF16, float::dot_bf16, float::dotr4_bf16, float::dot4_bf16);
+
+    // Legacy types (Q5_1 dequantizes with the scalar kernel: not on a hot path).
+    k.set_dequant(Q4_0, legacy::dequant_q4_0);
+    k.set_dots(
+        Q4_0,
+        legacy::dot_q4_0,
+        legacy::dotr4_q4_0,
+        legacy::dot4_q4_0,
+    );
+    k.set_dot8_unpacked(Q4_0, legacy::unpack_q4_0, legacy::dot8_i8);
+    k.set_dequant(Q4_1, legacy::dequant_q4_1);
+    k.set_dots(
+        Q4_1,
+        legacy::dot_q4_1,
+        legacy::dotr4_q4_1,
+        legacy::dot4_q4_1,
+    );
+    k.set_dot8(Q4_1, legacy::dot8_q4_1);
+    k.set_dequant(Q5_0, legacy::dequant_q5_0);
+    k.set_dots(
+        Q5_0,
+        legacy::dot_q5_0,
+        legacy::dotr4_q5_0,
+        legacy::dot4_q5_0,
+    );
+    k.set_dot8_unpacked(Q5_0, legacy::unpack_q5_0, legacy::dot8_i8);
+    k.set_dots(
+        Q5_1,
+        legacy::dot_q5_1,
+        legacy::dotr4_q5_1,
+        legacy::dot4_q5_1,
+    );
+    k.set_dequant(Q8_0, legacy::dequant_q8_0);
+    k.set_dots(
+        Q8_0,
+        legacy::dot_q8_0,
+        legacy::dotr4_q8_0,
+        legacy::dot4_q8_0,
+    );
+    k.set_dot8(Q8_0, legacy::dot8_q8_0);
+
+    // K-quants (Q2_K, Q3_K, Q5_K dequantize with the scalar kernels: not on a hot path).
+    k.set_dots(
+        Q2_K,
+        kquants::dot_q2_k,
+        kquants::dotr4_q2_k,
+        kquants::dot4_q2_k,
+    );
+    k.set_dots(
+        Q3_K,
+        kquants::dot_q3_k,
+        kquants::dotr4_q3_k,
+        kquants::dot4_q3_k,
+    );
+    k.set_dequant(Q4_K, kquants::dequant_q4_k);
+    k.set_dots(
+        Q4_K,
+        kquants::dot_q4_k,
+        kquants::dotr4_q4_k,
+        kquants::dot4_q4_k,
+    );
+    k.set_dot8(Q4_K, kquants::dot8_q4_k);
+    k.set_dots(
+        Q5_K,
+        kquants::dot_q5_k,
+        kquants::dotr4_q5_k,
+        kquants::dot4_q5_k,
+    );
+    k.set_dequant(Q6_K, kquants::dequant_q6_k);
+    k.set_dots(
+        Q6_K,
+        kquants::dot_q6_k,
+        kquants::dotr4_q6_k,
+        kquants::dot4_q6_k,
+    );
+    k.set_dot8(Q6_K, kquants::dot8_q6_k);
+
+    // IQ4 types (dequantized with the scalar kernels: not on a hot path).
+    k.set_dots(
+        IQ4_NL,
+        iquants::dot_iq4_nl,
+        iquants::dotr4_iq4_nl,
+        iquants::dot4_iq4_nl,
+    );
+    k.set_dots(
+        IQ4_XS,
+        iquants::dot_iq4_xs,
+        iquants::dotr4_iq4_xs,
+        iquants::dot4_iq4_xs,
+    );
     k
 }
 
-/// [`w`] with an eight-token GEMM micro-kernel.
-const fn w8(
-    dequant: DequantFn,
-    dot: DotFn,
-    dotr4: DotRowsFn,
-    dot4: Dot4Fn,
-    dot8: Dot8Fn,
-) -> WeightKernels {
-    let mut k = w(dequant, dot, dotr4, dot4);
-    k.dot8 = Some(a(dot8));
-    k
-}
-
-/// An AVX2 kernel.
-const fn a<F>(f: F) -> Imp<F> {
-    Imp { isa: Isa::Avx2, f }
-}
-
-/// A kernel reused from the scalar table (the coverage table says so).
-const fn s<F>(f: F) -> Imp<F> {
-    Imp {
-        isa: Isa::Scalar,
-        f,
-    }
-}
-
-/// The AVX2 table. Indexed like `AType::ALL` / `WType::ALL`. Its `unsafe fn` entries need
-/// AVX2, FMA and F16C, which `kernels_for(Isa::Avx2)` checks before handing it out.
-pub(crate) static AVX2: Kernels = Kernels {
-    isa: Isa::Avx2,
-    act: [
-        s(scalar::act::convert_f32),
-        v(avx2::act::convert_f16),
-        s(scalar::act::convert_bf16),
-        v(avx2::act::quantize_q8_0),
-        v(avx2::act::quantize_q8_1),
-        // ggml's x86 build runs its scalar reference here; this gives the same bytes.
-        v(avx2::act::quantize_q8_k),
-    ],
-    weights: [
-        WeightKernels {
-            dequant: s(scalar::dequant::dequant_f32),
-            dot: Imp {
-                isa: Isa::Avx2,
-                f: float::dot_f32,
-            },
-            dotr4: Imp {
-                isa: Isa::Avx2,
-                f: float::dotr4_f32,
-            },
-            dot4: Imp {
-                isa: Isa::Avx2,
-                f: float::dot4_f32,
-            },
-            dot8: None,
-            dot8_unpacked: None,
-        },
-        w(
-            dequant::dequant_f16,
-            float::dot_f16,
-            float::dotr4_f16,
-            float::dot4_f16,
-        ),
-        w(
-            dequant::dequant_bf16,
-            float::dot_bf16,
-            float::dotr4_bf16,
-            float::dot4_bf16,
-        ),
-        w8u(
-            dequant::dequant_q4_0,
-            legacy::dot_q4_0,
-            legacy::dotr4_q4_0,
-            legacy::dot4_q4_0,
-            legacy::unpack_q4_0,
-            legacy::dot8_i8,
-        ),
-        w8(
-            dequant::dequant_q4_1,
-            legacy::dot_q4_1,
-            legacy::dotr4_q4_1,
-            legacy::dot4_q4_1,
-            legacy::dot8_q4_1,
-        ),
-        w8u(
-            dequant::dequant_q5_0,
-            legacy::dot_q5_0,
-            legacy::dotr4_q5_0,
-            legacy::dot4_q5_0,
-            legacy::unpack_q5_0,
-            legacy::dot8_i8,
-        ),
-        w8(
-            dequant::dequant_q8_0,
-            legacy::dot_q8_0,
-            legacy::dotr4_q8_0,
-            legacy::dot4_q8_0,
-            legacy::dot8_q8_0,
-        ),
-        w8(
-            dequant::dequant_q4_k,
-            dot_k::dot_q4_k,
-            dot_k::dotr4_q4_k,
-            dot_k::dot4_q4_k,
-            dot_k::dot8_q4_k,
-        ),
-        w8(
-            dequant::dequant_q6_k,
-            dot_k::dot_q6_k,
-            dot_k::dotr4_q6_k,
-            dot_k::dot4_q6_k,
-            dot_k::dot8_q6_k,
-        ),
-        // Dequantization: the scalar kernel (not on a hot path for this type).
-        WeightKernels {
-            dequant: s(scalar::dequant::dequant_q5_1),
-            dot: a(legacy2::dot_q5_1),
-            dotr4: a(legacy2::dotr4_q5_1),
-            dot4: a(legacy2::dot4_q5_1),
-            dot8: None,
-            dot8_unpacked: None,
-        },
-        // Dequantization: the scalar kernel (not on a hot path for this type).
-        WeightKernels {
-            dequant: s(scalar::dequant::dequant_q2_k),
-            dot: a(dot_k2::dot_q2_k),
-            dotr4: a(dot_k2::dotr4_q2_k),
-            dot4: a(dot_k2::dot4_q2_k),
-            dot8: None,
-            dot8_unpacked: None,
-        },
-        // Dequantization: the scalar kernel (not on a hot path for this type).
-        WeightKernels {
-            dequant: s(scalar::dequant::dequant_q3_k),
-            dot: a(dot_k2::dot_q3_k),
-            dotr4: a(dot_k2::dotr4_q3_k),
-            dot4: a(dot_k2::dot4_q3_k),
-            dot8: None,
-            dot8_unpacked: None,
-        },
-        // Dequantization: the scalar kernel (not on a hot path for this type).
-        WeightKernels {
-            dequant: s(scalar::dequant::dequant_q5_k),
-            dot: a(dot_k2::dot_q5_k),
-            dotr4: a(dot_k2::dotr4_q5_k),
-            dot4: a(dot_k2::dot4_q5_k),
-            dot8: None,
-            dot8_unpacked: None,
-        },
-        // Dequantization: the scalar kernel (not on a hot path for this type).
-        WeightKernels {
-            dequant: s(scalar::dequant::dequant_iq4_nl),
-            dot: a(legacy2::dot_iq4_nl),
-            dotr4: a(legacy2::dotr4_iq4_nl),
-            dot4: a(legacy2::dot4_iq4_nl),
-            dot8: None,
-            dot8_unpacked: None,
-        },
-        // Dequantization: the scalar kernel (not on a hot path for this type).
-        WeightKernels {
-            dequant: s(scalar::dequant::dequant_iq4_xs),
-            dot: a(dot_k2::dot_iq4_xs),
-            dotr4: a(dot_k2::dotr4_iq4_xs),
-            dot4: a(dot_k2::dot4_iq4_xs),
-            dot8: None,
-            dot8_unpacked: None,
-        },
-    ],
-};
+pub(crate) static AVX2: Kernels = avx2_table();

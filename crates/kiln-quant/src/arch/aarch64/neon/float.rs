@@ -1,5 +1,5 @@
 //! NEON dot products of the float weight types (F32, F16, BF16) in the oracle's order
-//! (`scalar::dot::dot_float`): 32 elements per step into four 8-lane FMA accumulators
+//! (`scalar::float::dot_float`): 32 elements per step into four 8-lane FMA accumulators
 //! (accumulator `j` takes elements `8j .. 8j + 8` of each step), reduced as ggml's AVX2
 //! `GGML_F32x8_REDUCE` (F32, F16) or `(c0 + c2) + (c1 + c3)` then `hsum8` (BF16), then the
 //! tail (fewer than 32 elements) one product at a time in `f64`. `dotr4`/`dot4` are four

@@ -4,31 +4,16 @@
 //! Every entry point is one instance of a tile kernel computing `R` weight rows × `T`
 //! activation rows: `dot` is 1 × 1, the GEMV kernel `dotr4` 4 × 1 (shared activation loads),
 //! the GEMM micro-kernel `dot4` 1 × 4 (each weight block unpacked once for four tokens). Each
-//! (row, token) pair performs the scalar oracle's operations in its order (`scalar::dot`):
+//! (row, token) pair performs the scalar oracle's operations in its order (`scalar::legacy`):
 //! 8 exact `i32` quad sums per block, converted to `f32` and fused-multiply-added with the
 //! scale `f16(dx) * f16(dy)`, then `hsum8`. So every shape and both quad-sum paths (`sdot`
 //! or widening multiplies, `DP`) give the scalar bits.
 
 use std::arch::aarch64::*;
 
-use bytemuck::Pod;
-
 use super::util::*;
 use crate::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0, BlockQ8_1, as_blocks};
 use crate::kernels::ActRows;
-
-/// The four activation rows of a `dot4` call, each `n` blocks long.
-#[inline(always)]
-pub(crate) fn rows4<'a, B: Pod>(a: &ActRows<'a>, n: usize) -> [&'a [B]; 4] {
-    let len = n * size_of::<B>();
-    std::array::from_fn(|t| as_blocks(a.row(t, len)))
-}
-
-/// `R` consecutive weight rows of `row_bytes` each, as blocks.
-#[inline(always)]
-pub(crate) fn weight_rows<const R: usize, B: Pod>(w: &[u8], row_bytes: usize) -> [&[B]; R] {
-    std::array::from_fn(|r| as_blocks(&w[r * row_bytes..(r + 1) * row_bytes]))
-}
 
 // ------------------------------------------------- signed weights × Q8_0 (Q4_0, Q5_0, Q8_0)
 
@@ -139,50 +124,12 @@ fn tile_q8_0<const R: usize, const T: usize, const PRE: bool, const DP: bool, W>
     out
 }
 
-/// The three entry points of one signed weight type, generic over `DP` (`sdot` or not).
-macro_rules! q8_0_act_kernels {
-    ($dot:ident, $dotr4:ident, $dot4:ident, $block:ty, $unpack:ident) => {
-        /// # Safety
-        /// The CPU must have NEON and, for `DP = true`, `dotprod`.
-        #[target_feature(enable = "neon")]
-        pub(crate) unsafe fn $dot<const DP: bool>(w: &[u8], a: &[u8]) -> f32 {
-            let w: &[$block] = as_blocks(w);
-            let y: &[BlockQ8_0] = as_blocks(a);
-            tile_q8_0::<1, 1, false, DP, _>([w], [y], [&[]], |x| $unpack(x))[0][0]
-        }
-
-        /// # Safety
-        /// The CPU must have NEON and, for `DP = true`, `dotprod`.
-        #[target_feature(enable = "neon")]
-        pub(crate) unsafe fn $dotr4<const DP: bool>(
-            w: &[u8],
-            row_bytes: usize,
-            a: &[u8],
-            out: &mut [f32; 4],
-        ) {
-            let w = weight_rows::<4, $block>(w, row_bytes);
-            let y: &[BlockQ8_0] = as_blocks(a);
-            let o = tile_q8_0::<4, 1, false, DP, _>(w, [y], [&[]], |x| $unpack(x));
-            for r in 0..4 {
-                out[r] = o[r][0];
-            }
-        }
-
-        /// # Safety
-        /// The CPU must have NEON and, for `DP = true`, `dotprod`.
-        #[target_feature(enable = "neon")]
-        pub(crate) unsafe fn $dot4<const DP: bool>(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
-            let w: &[$block] = as_blocks(w);
-            let ys = rows4::<BlockQ8_0>(&a, w.len());
-            let sc: [&[f32]; 4] = std::array::from_fn(|t| a.scales(t, w.len()));
-            *out = tile_q8_0::<1, 4, true, DP, _>([w], ys, sc, |x| $unpack(x))[0];
-        }
-    };
-}
-
-q8_0_act_kernels!(dot_q4_0, dotr4_q4_0, dot4_q4_0, BlockQ4_0, unpack_q4_0);
-q8_0_act_kernels!(dot_q5_0, dotr4_q5_0, dot4_q5_0, BlockQ5_0, unpack_q5_0);
-q8_0_act_kernels!(dot_q8_0, dotr4_q8_0, dot4_q8_0, BlockQ8_0, unpack_q8_0);
+tile_entry_points!(dot_q4_0, dotr4_q4_0, dot4_q4_0,
+    tile_q8_0[, _](BlockQ4_0, BlockQ8_0, scales per block 1, |x| unpack_q4_0(x)));
+tile_entry_points!(dot_q5_0, dotr4_q5_0, dot4_q5_0,
+    tile_q8_0[, _](BlockQ5_0, BlockQ8_0, scales per block 1, |x| unpack_q5_0(x)));
+tile_entry_points!(dot_q8_0, dotr4_q8_0, dot4_q8_0,
+    tile_q8_0[, _](BlockQ8_0, BlockQ8_0, scales per block 1, |x| unpack_q8_0(x)));
 
 // ---------------------------------------------------------------- Q4_1 × Q8_1
 
@@ -239,35 +186,5 @@ fn tile_q4_1<const R: usize, const T: usize, const PRE: bool, const DP: bool>(
     out
 }
 
-/// # Safety
-/// The CPU must have NEON and, for `DP = true`, `dotprod`.
-#[target_feature(enable = "neon")]
-pub(crate) unsafe fn dot_q4_1<const DP: bool>(w: &[u8], a: &[u8]) -> f32 {
-    tile_q4_1::<1, 1, false, DP>([as_blocks(w)], [as_blocks(a)], [&[]])[0][0]
-}
-
-/// # Safety
-/// The CPU must have NEON and, for `DP = true`, `dotprod`.
-#[target_feature(enable = "neon")]
-pub(crate) unsafe fn dotr4_q4_1<const DP: bool>(
-    w: &[u8],
-    row_bytes: usize,
-    a: &[u8],
-    out: &mut [f32; 4],
-) {
-    let w = weight_rows::<4, BlockQ4_1>(w, row_bytes);
-    let o = tile_q4_1::<4, 1, false, DP>(w, [as_blocks(a)], [&[]]);
-    for r in 0..4 {
-        out[r] = o[r][0];
-    }
-}
-
-/// # Safety
-/// The CPU must have NEON and, for `DP = true`, `dotprod`.
-#[target_feature(enable = "neon")]
-pub(crate) unsafe fn dot4_q4_1<const DP: bool>(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
-    let w: &[BlockQ4_1] = as_blocks(w);
-    let ys = rows4::<BlockQ8_1>(&a, w.len());
-    let sc: [&[f32]; 4] = std::array::from_fn(|t| a.scales(t, 2 * w.len()));
-    *out = tile_q4_1::<1, 4, true, DP>([w], ys, sc)[0];
-}
+tile_entry_points!(dot_q4_1, dotr4_q4_1, dot4_q4_1,
+    tile_q4_1[](BlockQ4_1, BlockQ8_1, scales per block 2));

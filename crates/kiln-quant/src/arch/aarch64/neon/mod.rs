@@ -3,7 +3,7 @@
 //! same lanes, hence the scalar oracle's bits.
 
 pub(crate) mod act;
-pub(crate) mod dot_k;
 pub(crate) mod float;
+pub(crate) mod kquants;
 pub(crate) mod legacy;
 pub(crate) mod util;

@@ -1,13 +1,19 @@
 //! Small NEON building blocks shared by the kernels. An 8-lane vector of the canonical order
-//! (see `scalar::lanes`) is a pair of 4-lane registers: `.0` holds lanes 0..4 (bytes 0..16 of
+//! (see `scalar::util`) is a pair of 4-lane registers: `.0` holds lanes 0..4 (bytes 0..16 of
 //! a 32-byte group), `.1` lanes 4..8.
 //!
 //! The integer quad sums come from `sdot` when the CPU has `dotprod` (`DP = true`) and from
 //! widening multiplies otherwise; integer sums are exact, so both give the same lanes.
+//!
+//! Everything used by more than one type family lives here (with the views of activation
+//! and weight rows the tile kernels take), so the family files never import each other.
 
 use std::arch::aarch64::*;
 
-use crate::blocks::F16Le;
+use bytemuck::Pod;
+
+use crate::blocks::{F16Le, as_blocks};
+use crate::kernels::ActRows;
 
 /// Eight `f32` lanes as two registers.
 #[derive(Clone, Copy)]
@@ -90,14 +96,14 @@ pub(crate) fn fma8(acc: F32x8, d: f32, q: I32x8) -> F32x8 {
     )
 }
 
-/// `scalar::lanes::hsum8`: `(a_i + a_{i+4})`, then `(r0 + r2) + (r1 + r3)`.
+/// `scalar::util::hsum8`: `(a_i + a_{i+4})`, then `(r0 + r2) + (r1 + r3)`.
 #[inline]
 #[target_feature(enable = "neon")]
 pub(crate) fn hsum8(a: F32x8) -> f32 {
     hsum4(vaddq_f32(a.0, a.1))
 }
 
-/// `scalar::lanes::hsum4`: `(a0 + a2) + (a1 + a3)`.
+/// `scalar::util::hsum4`: `(a0 + a2) + (a1 + a3)`.
 #[inline]
 #[target_feature(enable = "neon")]
 pub(crate) fn hsum4(r: float32x4_t) -> f32 {
@@ -185,3 +191,67 @@ pub(crate) fn bit4_of_32(p: &[u8; 4]) -> I8x32 {
     };
     I8x32(spread(&idx_lo), spread(&idx_hi))
 }
+
+// ---------------------------------------------------------------- activation and weight rows
+
+/// The four activation rows of a `dot4` call, each `n` blocks long.
+#[inline(always)]
+pub(crate) fn rows4<'a, B: Pod>(a: &ActRows<'a>, n: usize) -> [&'a [B]; 4] {
+    let len = n * size_of::<B>();
+    std::array::from_fn(|t| as_blocks(a.row(t, len)))
+}
+
+/// `R` consecutive weight rows of `row_bytes` each, as blocks.
+#[inline(always)]
+pub(crate) fn weight_rows<const R: usize, B: Pod>(w: &[u8], row_bytes: usize) -> [&[B]; R] {
+    std::array::from_fn(|r| as_blocks(&w[r * row_bytes..(r + 1) * row_bytes]))
+}
+
+/// The three entry points of a weight type with an `R × T` tile kernel
+/// `$tile::<R, T, PRE, DP, ..>(weight rows, activation rows, widened scales, ..)`: `dot`
+/// (1 × 1), the GEMV kernel `dotr4` (4 × 1) and the GEMM micro-kernel `dot4` (1 × 4, with
+/// the tokens' scales widened by the driver, `$per` values per block, and `PRE = true`).
+/// `[$generics]` are the tile's further generic arguments, `$extra` its further arguments.
+macro_rules! tile_entry_points {
+    (
+        $dot:ident, $dotr4:ident, $dot4:ident,
+        $tile:ident[$($generics:tt)*]($wb:ty, $ab:ty, scales per block $per:expr $(, $extra:expr)*)
+    ) => {
+        /// # Safety
+        /// The CPU must have NEON and, for `DP = true`, `dotprod`.
+        #[target_feature(enable = "neon")]
+        pub(crate) unsafe fn $dot<const DP: bool>(w: &[u8], a: &[u8]) -> f32 {
+            let w: &[$wb] = as_blocks(w);
+            let y: &[$ab] = as_blocks(a);
+            $tile::<1, 1, false, DP $($generics)*>([w], [y], [&[]] $(, $extra)*)[0][0]
+        }
+
+        /// # Safety
+        /// The CPU must have NEON and, for `DP = true`, `dotprod`.
+        #[target_feature(enable = "neon")]
+        pub(crate) unsafe fn $dotr4<const DP: bool>(
+            w: &[u8],
+            row_bytes: usize,
+            a: &[u8],
+            out: &mut [f32; 4],
+        ) {
+            let w = weight_rows::<4, $wb>(w, row_bytes);
+            let y: &[$ab] = as_blocks(a);
+            let o = $tile::<4, 1, false, DP $($generics)*>(w, [y], [&[]] $(, $extra)*);
+            for r in 0..4 {
+                out[r] = o[r][0];
+            }
+        }
+
+        /// # Safety
+        /// The CPU must have NEON and, for `DP = true`, `dotprod`.
+        #[target_feature(enable = "neon")]
+        pub(crate) unsafe fn $dot4<const DP: bool>(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
+            let w: &[$wb] = as_blocks(w);
+            let ys = rows4::<$ab>(&a, w.len());
+            let sc: [&[f32]; 4] = std::array::from_fn(|t| a.scales(t, $per * w.len()));
+            *out = $tile::<1, 4, true, DP $($generics)*>([w], ys, sc $(, $extra)*)[0];
+        }
+    };
+}
+pub(crate) use tile_entry_points;

@@ -1,10 +1,35 @@
-//! AVX2 dot products of the float weight types (F32, F16, BF16), each the operations of
-//! ggml's `ggml_vec_dot_f32/f16/bf16` AVX2 path in the same order.
+//! AVX2 kernels of the float weight types (F32, F16, BF16): dequantization (F16C / shift
+//! widening, exact) and dot products, each the operations of ggml's
+//! `ggml_vec_dot_f32/f16/bf16` AVX2 path in the same order. `dotr4`/`dot4` are four single
+//! dots (these types are rare as matmul weights).
 
 use std::arch::x86_64::*;
 
 use super::util::*;
 use crate::kernels::ActRows;
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn dequant_f16(src: &[u8], dst: &mut [f32]) {
+    assert_eq!(src.len(), dst.len() * 2);
+    let mut xs = src.chunks_exact(16);
+    let mut ys = dst.chunks_exact_mut(8);
+    for (x, y) in (&mut xs).zip(&mut ys) {
+        store_f32x8(y, _mm256_cvtph_ps(load_bytes16(x)));
+    }
+    crate::scalar::float::dequant_f16(xs.remainder(), ys.into_remainder());
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn dequant_bf16(src: &[u8], dst: &mut [f32]) {
+    assert_eq!(src.len(), dst.len() * 2);
+    let mut xs = src.chunks_exact(16);
+    let mut ys = dst.chunks_exact_mut(8);
+    for (x, y) in (&mut xs).zip(&mut ys) {
+        let v = _mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(load_bytes16(x)));
+        store_f32x8(y, _mm256_castsi256_ps(v));
+    }
+    crate::scalar::float::dequant_bf16(xs.remainder(), ys.into_remainder());
+}
 
 // ---------------------------------------------------------------- F32, F16, BF16
 
@@ -112,36 +137,14 @@ pub(crate) fn dot_bf16(w: &[u8], a: &[u8]) -> f32 {
     sum as f32
 }
 
-/// Four-row dots of the float types: four single dots (bit-identical by construction; these
-/// types are rare as matmul weights, so no dedicated micro-kernel).
-macro_rules! dot4_by_dot {
-    ($name:ident, $dot:ident) => {
-        #[target_feature(enable = "avx2,fma,f16c")]
-        pub(crate) fn $name(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
-            let len = a.a.len() - 3 * a.stride;
-            for (t, o) in out.iter_mut().enumerate() {
-                *o = $dot(w, a.row(t, len));
-            }
-        }
-    };
-}
-pub(crate) use dot4_by_dot;
 dot4_by_dot!(dot4_f32, dot_f32);
+
 dot4_by_dot!(dot4_f16, dot_f16);
+
 dot4_by_dot!(dot4_bf16, dot_bf16);
 
-/// Four weight rows against one activation row: four single dots.
-macro_rules! dotr4_by_dot {
-    ($name:ident, $dot:ident) => {
-        #[target_feature(enable = "avx2,fma,f16c")]
-        pub(crate) fn $name(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32; 4]) {
-            for (r, o) in out.iter_mut().enumerate() {
-                *o = $dot(&w[r * row_bytes..(r + 1) * row_bytes], a);
-            }
-        }
-    };
-}
-pub(crate) use dotr4_by_dot;
 dotr4_by_dot!(dotr4_f32, dot_f32);
+
 dotr4_by_dot!(dotr4_f16, dot_f16);
+
 dotr4_by_dot!(dotr4_bf16, dot_bf16);

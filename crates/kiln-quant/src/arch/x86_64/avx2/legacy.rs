@@ -1,5 +1,5 @@
-//! AVX2 kernels for the 32-element block types: Q4_0, Q5_0, Q8_0 (× Q8_0 activations) and
-//! Q4_1 (× Q8_1).
+//! AVX2 kernels for the 32-element block types: Q4_0, Q5_0, Q8_0 (× Q8_0 activations), Q4_1
+//! and Q5_1 (× Q8_1), and their dequantization.
 //!
 //! Every entry point is one instance of a tile kernel that computes `R` weight rows × `T`
 //! activation rows at once: `dot` is 1 × 1, the GEMV kernel `dotr4` 4 × 1 (independent
@@ -10,46 +10,22 @@
 //! `f16(dx) * f16(dy)`, then `hsum_float_8`), so every shape gives the same bits, and with the
 //! same quantized activations ggml's result. The multi-row (GEMV) tiles also prefetch the
 //! row groups ahead of them (see `prefetch_group_ahead`).
+//!
+//! Q5_1 (off the hot path of the models we run) has a single dot in ggml's order
+//! (`ggml_vec_dot_q5_1_q8_1`), a GEMM micro-kernel that unpacks each block once for four
+//! tokens, and repeated single dots as its GEMV; its dequantization is the scalar kernel.
+//!
+//! Dequantization computes each value with the scalar reference's float operations
+//! (`q as f32 * d`, then `+ m` as a separate add: never fused), so it is bit-identical to it
+//! and to ggml's `dequantize_row_*`.
 
 use std::arch::x86_64::*;
 
-use bytemuck::Pod;
-
 use super::util::*;
-use crate::blocks::{BlockI8, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0, BlockQ8_1, as_blocks};
+use crate::blocks::{
+    BlockI8, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, QK, as_blocks,
+};
 use crate::kernels::ActRows;
-
-/// The four activation rows of a `dot4` call, each `n` blocks long.
-#[inline(always)]
-pub(crate) fn rows4<'a, B: Pod>(a: &ActRows<'a>, n: usize) -> [&'a [B]; 4] {
-    let len = n * size_of::<B>();
-    std::array::from_fn(|t| as_blocks(a.row(t, len)))
-}
-
-/// The four rows' widened scales (`per_block` values per block).
-#[inline(always)]
-fn scales4<'a>(a: &ActRows<'a>, n: usize, per_block: usize) -> [&'a [f32]; 4] {
-    scales_n::<4>(a, n, per_block)
-}
-
-/// The first `T` activation rows, each `n` blocks long.
-#[inline(always)]
-pub(crate) fn rows_n<'a, const T: usize, B: Pod>(a: &ActRows<'a>, n: usize) -> [&'a [B]; T] {
-    let len = n * size_of::<B>();
-    std::array::from_fn(|t| as_blocks(a.row(t, len)))
-}
-
-/// The first `T` rows' widened scales (`per_block` values per block).
-#[inline(always)]
-fn scales_n<'a, const T: usize>(a: &ActRows<'a>, n: usize, per_block: usize) -> [&'a [f32]; T] {
-    std::array::from_fn(|t| a.scales(t, n * per_block))
-}
-
-/// `R` consecutive weight rows of `row_bytes` each, as blocks.
-#[inline(always)]
-fn weight_rows<const R: usize, B: Pod>(w: &[u8], row_bytes: usize) -> [&[B]; R] {
-    std::array::from_fn(|r| as_blocks(&w[r * row_bytes..(r + 1) * row_bytes]))
-}
 
 // ------------------------------------------------- signed weights × Q8_0 (Q4_0, Q5_0, Q8_0)
 
@@ -370,4 +346,105 @@ pub(crate) fn dot8_q4_1(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
     let w: &[BlockQ4_1] = as_blocks(w);
     let ys = rows_n::<8, BlockQ8_1>(&a, w.len());
     *out = tile8_q4_1(w, ys, &a.sc8[..16 * w.len()]);
+}
+
+// ---------------------------------------------------------------- Q5_1 × Q8_1
+
+/// Q5_1 × Q8_1: per block `summs = fma(m, s, summs)` (ggml's `summs += m * s`, fused by its
+/// x86 builds as for Q4_1) and `fma(f16(dx) * f16(dy), quads, acc)` on the unsigned 5-bit
+/// values; result `hsum_float_8(acc) + summs`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn dot_q5_1(w: &[u8], a: &[u8]) -> f32 {
+    let (w, a): (&[BlockQ5_1], &[BlockQ8_1]) = (as_blocks(w), as_blocks(a));
+    assert_eq!(w.len(), a.len());
+    let bit4 = _mm256_set1_epi8(0x10);
+    let mut acc = _mm256_setzero_ps();
+    let mut summs = 0.0f32;
+    for (x, y) in w.iter().zip(a) {
+        let dm = f16x2_to_f32(x.d, x.m);
+        let ds = f16x2_to_f32(y.d, y.s);
+        let mx = _mm_cvtss_f32(_mm_movehdup_ps(dm));
+        let sy = _mm_cvtss_f32(_mm_movehdup_ps(ds));
+        summs = mx.mul_add(sy, summs);
+        let qx = _mm256_or_si256(nibbles32(&x.qs), _mm256_and_si256(bits32(&x.qh), bit4));
+        let d = _mm256_mul_ps(_mm256_broadcastss_ps(dm), _mm256_broadcastss_ps(ds));
+        let q = mul_sum_us8_pairs_f32(qx, load_i8x32(&y.qs));
+        acc = _mm256_fmadd_ps(q, d, acc);
+    }
+    hsum_f32x8(acc) + summs
+}
+
+/// One Q5_1 row × four Q8_1 rows: each block unpacked once, then per token the operations of
+/// [`dot_q5_1`] in its order (bit-identical to four single dots). The tokens' `d, s` come
+/// widened in `a.sc` (exact conversions, the same values `dot_q5_1` converts itself).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn dot4_q5_1(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
+    let w: &[BlockQ5_1] = as_blocks(w);
+    let ys = rows4::<BlockQ8_1>(&a, w.len());
+    let sc: [&[f32]; 4] = std::array::from_fn(|t| a.scales(t, 2 * w.len()));
+    let bit4 = _mm256_set1_epi8(0x10);
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut summs = [0.0f32; 4];
+    for (i, x) in w.iter().enumerate() {
+        let dm = f16x2_to_f32(x.d, x.m);
+        let dx = _mm256_broadcastss_ps(dm);
+        let mx = _mm_cvtss_f32(_mm_movehdup_ps(dm));
+        let qx = _mm256_or_si256(nibbles32(&x.qs), _mm256_and_si256(bits32(&x.qh), bit4));
+        for t in 0..4 {
+            let (dy, sy) = (sc[t][2 * i], sc[t][2 * i + 1]);
+            summs[t] = mx.mul_add(sy, summs[t]);
+            let d = _mm256_mul_ps(dx, _mm256_set1_ps(dy));
+            let q = mul_sum_us8_pairs_f32(qx, load_i8x32(&ys[t][i].qs));
+            acc[t] = _mm256_fmadd_ps(q, d, acc[t]);
+        }
+    }
+    for t in 0..4 {
+        out[t] = hsum_f32x8(acc[t]) + summs[t];
+    }
+}
+
+dotr4_by_dot!(dotr4_q5_1, dot_q5_1);
+
+// ---------------------------------------------------------------- dequantization
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn dequant_q4_0(src: &[u8], dst: &mut [f32]) {
+    let blocks: &[BlockQ4_0] = as_blocks(src);
+    assert_eq!(blocks.len() * QK, dst.len());
+    for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK)) {
+        let q = _mm256_sub_epi8(nibbles32(&b.qs), _mm256_set1_epi8(8));
+        emit_i8x32(y, q, _mm256_set1_ps(f16_to_f32(b.d)));
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn dequant_q4_1(src: &[u8], dst: &mut [f32]) {
+    let blocks: &[BlockQ4_1] = as_blocks(src);
+    assert_eq!(blocks.len() * QK, dst.len());
+    for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK)) {
+        let dm = f16x2_to_f32(b.d, b.m);
+        let d = _mm256_broadcastss_ps(dm);
+        let m = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
+        emit_u8x32_affine(y, nibbles32(&b.qs), d, m);
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn dequant_q5_0(src: &[u8], dst: &mut [f32]) {
+    let blocks: &[BlockQ5_0] = as_blocks(src);
+    assert_eq!(blocks.len() * QK, dst.len());
+    for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK)) {
+        let hi = _mm256_andnot_si256(bits32(&b.qh), _mm256_set1_epi8(0xF0u8 as i8));
+        let q = _mm256_or_si256(nibbles32(&b.qs), hi);
+        emit_i8x32(y, q, _mm256_set1_ps(f16_to_f32(b.d)));
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn dequant_q8_0(src: &[u8], dst: &mut [f32]) {
+    let blocks: &[BlockQ8_0] = as_blocks(src);
+    assert_eq!(blocks.len() * QK, dst.len());
+    for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK)) {
+        emit_i8x32(y, load_i8x32(&b.qs), _mm256_set1_ps(f16_to_f32(b.d)));
+    }
 }

@@ -3,10 +3,8 @@
 //! [`AVX2`](super::AVX2) table.
 
 pub(crate) mod act;
-pub(crate) mod dequant;
-pub(crate) mod dot_k;
-pub(crate) mod dot_k2;
 pub(crate) mod float;
+pub(crate) mod iquants;
+pub(crate) mod kquants;
 pub(crate) mod legacy;
-pub(crate) mod legacy2;
 pub(crate) mod util;

@@ -1,10 +1,17 @@
 //! Small AVX2 building blocks shared by the kernels. Each mirrors one of ggml's x86 helpers
 //! (`hsum_float_8`, `bytes_from_nibbles_32`, `bytes_from_bits_32`, `mul_sum_us8_pairs_float`; the
-//! sign trick of `mul_sum_i8_pairs_float` is spelled out in the tile kernels) so the kernels perform the same operations in the same order.
+//! sign trick of `mul_sum_i8_pairs_float` is spelled out in the tile kernels) so the kernels
+//! perform the same operations in the same order; the views of activation and weight rows
+//! the tile kernels take; the dequantizers' output stores; and the entry points made of
+//! repeated single dots. Everything used by more than one type family lives here, so the
+//! family files (`float`, `legacy`, `kquants`, `iquants`) never import each other.
 
 use std::arch::x86_64::*;
 
-use crate::blocks::F16Le;
+use bytemuck::Pod;
+
+use crate::blocks::{F16Le, as_blocks};
+use crate::kernels::ActRows;
 
 /// Horizontal sum of 8 floats: high half + low half, then pairs, then the last two.
 #[inline]
@@ -204,3 +211,102 @@ pub(crate) fn prefetch_group_ahead(
         off += 64;
     }
 }
+
+// ---------------------------------------------------------------- activation and weight rows
+
+/// The four activation rows of a `dot4` call, each `n` blocks long.
+#[inline(always)]
+pub(crate) fn rows4<'a, B: Pod>(a: &ActRows<'a>, n: usize) -> [&'a [B]; 4] {
+    let len = n * size_of::<B>();
+    std::array::from_fn(|t| as_blocks(a.row(t, len)))
+}
+
+/// The four rows' widened scales (`per_block` values per block).
+#[inline(always)]
+pub(crate) fn scales4<'a>(a: &ActRows<'a>, n: usize, per_block: usize) -> [&'a [f32]; 4] {
+    scales_n::<4>(a, n, per_block)
+}
+
+/// The first `T` activation rows, each `n` blocks long.
+#[inline(always)]
+pub(crate) fn rows_n<'a, const T: usize, B: Pod>(a: &ActRows<'a>, n: usize) -> [&'a [B]; T] {
+    let len = n * size_of::<B>();
+    std::array::from_fn(|t| as_blocks(a.row(t, len)))
+}
+
+/// The first `T` rows' widened scales (`per_block` values per block).
+#[inline(always)]
+pub(crate) fn scales_n<'a, const T: usize>(
+    a: &ActRows<'a>,
+    n: usize,
+    per_block: usize,
+) -> [&'a [f32]; T] {
+    std::array::from_fn(|t| a.scales(t, n * per_block))
+}
+
+/// `R` consecutive weight rows of `row_bytes` each, as blocks.
+#[inline(always)]
+pub(crate) fn weight_rows<const R: usize, B: Pod>(w: &[u8], row_bytes: usize) -> [&[B]; R] {
+    std::array::from_fn(|r| as_blocks(&w[r * row_bytes..(r + 1) * row_bytes]))
+}
+
+// ---------------------------------------------------------------- dequantization output
+
+/// The four groups of 8 bytes of a 256-bit vector, in order, each in the low half of an xmm.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn groups8(v: __m256i) -> [__m128i; 4] {
+    let lo = _mm256_castsi256_si128(v);
+    let hi = _mm256_extracti128_si256::<1>(v);
+    [lo, _mm_srli_si128::<8>(lo), hi, _mm_srli_si128::<8>(hi)]
+}
+
+/// Writes 32 signed bytes times `d` to `y[..32]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn emit_i8x32(y: &mut [f32], q: __m256i, d: __m256) {
+    for (k, g) in groups8(q).into_iter().enumerate() {
+        let f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(g));
+        store_f32x8(&mut y[8 * k..], _mm256_mul_ps(f, d));
+    }
+}
+
+/// Writes 32 unsigned bytes as `q * d + m` (multiply, then add) to `y[..32]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn emit_u8x32_affine(y: &mut [f32], q: __m256i, d: __m256, m: __m256) {
+    for (k, g) in groups8(q).into_iter().enumerate() {
+        let f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(g));
+        store_f32x8(&mut y[8 * k..], _mm256_add_ps(_mm256_mul_ps(f, d), m));
+    }
+}
+
+// ---------------------------------------------------------------- entry points made of single dots
+
+/// A GEMM entry point (one weight row × four tokens) made of four single dots: bit-identical
+/// to them by construction. For types rare as matmul weights, where a micro-kernel does not pay.
+macro_rules! dot4_by_dot {
+    ($name:ident, $dot:ident) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(crate) fn $name(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
+            let len = a.a.len() - 3 * a.stride;
+            for (t, o) in out.iter_mut().enumerate() {
+                *o = $dot(w, a.row(t, len));
+            }
+        }
+    };
+}
+pub(crate) use dot4_by_dot;
+
+/// Four weight rows against one activation row: four single dots.
+macro_rules! dotr4_by_dot {
+    ($name:ident, $dot:ident) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(crate) fn $name(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32; 4]) {
+            for (r, o) in out.iter_mut().enumerate() {
+                *o = $dot(&w[r * row_bytes..(r + 1) * row_bytes], a);
+            }
+        }
+    };
+}
+pub(crate) use dotr4_by_dot;

@@ -1,12 +1,11 @@
 //! NEON kernels for Q4_K and Q6_K × Q8_K, as R × T tiles (`dot` 1 × 1, `dotr4` 4 × 1,
-//! `dot4` 1 × 4) performing the oracle's operations in its order (`scalar::dot::dot_q4_k`,
+//! `dot4` 1 × 4) performing the oracle's operations in its order (`scalar::kquants::dot_q4_k`,
 //! `dot_q6_k`): per super-block the 8 exact `i32` lanes of scaled quad sums (no `maddubs`
 //! saturation is reachable: 63 · 128 · 2 < 2^15), one `fma` with the super-block scale, and
 //! for Q4_K the mins in a 4-lane accumulator.
 
 use std::arch::aarch64::*;
 
-use super::legacy::{rows4, weight_rows};
 use super::util::*;
 use crate::blocks::{BlockQ4K, BlockQ6K, BlockQ8K, QK_K, as_blocks, q4k_scales_mins};
 use crate::kernels::ActRows;
@@ -39,11 +38,14 @@ fn pair_products(a: int16x8_t, b: int16x8_t) -> int32x4_t {
 /// `acc_m = fma(-dy * dmin, mins, acc_m)` with lane `k` = `m_2k * q8s_2k + m_2k+1 *
 /// q8s_2k+1`, `q8s_i` = `bsum_2i + bsum_2i+1` wrapped to `i16`. Result `hsum8(acc) +
 /// hsum4(acc_m)`.
+/// (`Q8_K` rows carry no widened scales: `PRE` and `_sc` are unused; the signature is the one
+/// `tile_entry_points!` calls.)
 #[inline]
 #[target_feature(enable = "neon")]
-fn tile_q4_k<const R: usize, const T: usize, const DP: bool>(
+fn tile_q4_k<const R: usize, const T: usize, const PRE: bool, const DP: bool>(
     w: [&[BlockQ4K]; R],
     ys: [&[BlockQ8K]; T],
+    _sc: [&[f32]; T],
 ) -> [[f32; T]; R] {
     let nb = w[0].len();
     assert!(w.iter().all(|row| row.len() == nb));
@@ -114,37 +116,8 @@ fn vld1_u8_arr(p: &[u8; 8]) -> uint8x8_t {
     unsafe { vld1_u8(p.as_ptr()) }
 }
 
-/// # Safety
-/// The CPU must have NEON and, for `DP = true`, `dotprod`.
-#[target_feature(enable = "neon")]
-pub(crate) unsafe fn dot_q4_k<const DP: bool>(w: &[u8], a: &[u8]) -> f32 {
-    tile_q4_k::<1, 1, DP>([as_blocks(w)], [as_blocks(a)])[0][0]
-}
-
-/// # Safety
-/// The CPU must have NEON and, for `DP = true`, `dotprod`.
-#[target_feature(enable = "neon")]
-pub(crate) unsafe fn dotr4_q4_k<const DP: bool>(
-    w: &[u8],
-    row_bytes: usize,
-    a: &[u8],
-    out: &mut [f32; 4],
-) {
-    let w = weight_rows::<4, BlockQ4K>(w, row_bytes);
-    let o = tile_q4_k::<4, 1, DP>(w, [as_blocks(a)]);
-    for r in 0..4 {
-        out[r] = o[r][0];
-    }
-}
-
-/// # Safety
-/// The CPU must have NEON and, for `DP = true`, `dotprod`.
-#[target_feature(enable = "neon")]
-pub(crate) unsafe fn dot4_q4_k<const DP: bool>(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
-    let w: &[BlockQ4K] = as_blocks(w);
-    let ys = rows4::<BlockQ8K>(&a, w.len());
-    *out = tile_q4_k::<1, 4, DP>([w], ys)[0];
-}
+tile_entry_points!(dot_q4_k, dotr4_q4_k, dot4_q4_k,
+    tile_q4_k[](BlockQ4K, BlockQ8K, scales per block 0));
 
 // ---------------------------------------------------------------- Q6_K × Q8_K
 
@@ -185,11 +158,13 @@ fn q6k_values(x: &BlockQ6K) -> [int8x16_t; 16] {
 /// Per (row, token): lane `l` = `sum_g sc_(2g or 2g+1) * quads(q_g, y_g)` (lanes 0..4 take
 /// scale `2g`, lanes 4..8 scale `2g + 1`) minus `32 * (bsum_2l * sc_2l + bsum_2l+1 *
 /// sc_2l+1)`, then `fma(dy * d, lanes, acc)`; result `hsum8(acc)`.
+/// (`PRE` and `_sc` unused, as for [`tile_q4_k`].)
 #[inline]
 #[target_feature(enable = "neon")]
-fn tile_q6_k<const R: usize, const T: usize, const DP: bool>(
+fn tile_q6_k<const R: usize, const T: usize, const PRE: bool, const DP: bool>(
     w: [&[BlockQ6K]; R],
     ys: [&[BlockQ8K]; T],
+    _sc: [&[f32]; T],
 ) -> [[f32; T]; R] {
     let nb = w[0].len();
     assert!(w.iter().all(|row| row.len() == nb));
@@ -232,34 +207,5 @@ fn tile_q6_k<const R: usize, const T: usize, const DP: bool>(
     out
 }
 
-/// # Safety
-/// The CPU must have NEON and, for `DP = true`, `dotprod`.
-#[target_feature(enable = "neon")]
-pub(crate) unsafe fn dot_q6_k<const DP: bool>(w: &[u8], a: &[u8]) -> f32 {
-    tile_q6_k::<1, 1, DP>([as_blocks(w)], [as_blocks(a)])[0][0]
-}
-
-/// # Safety
-/// The CPU must have NEON and, for `DP = true`, `dotprod`.
-#[target_feature(enable = "neon")]
-pub(crate) unsafe fn dotr4_q6_k<const DP: bool>(
-    w: &[u8],
-    row_bytes: usize,
-    a: &[u8],
-    out: &mut [f32; 4],
-) {
-    let w = weight_rows::<4, BlockQ6K>(w, row_bytes);
-    let o = tile_q6_k::<4, 1, DP>(w, [as_blocks(a)]);
-    for r in 0..4 {
-        out[r] = o[r][0];
-    }
-}
-
-/// # Safety
-/// The CPU must have NEON and, for `DP = true`, `dotprod`.
-#[target_feature(enable = "neon")]
-pub(crate) unsafe fn dot4_q6_k<const DP: bool>(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
-    let w: &[BlockQ6K] = as_blocks(w);
-    let ys = rows4::<BlockQ8K>(&a, w.len());
-    *out = tile_q6_k::<1, 4, DP>([w], ys)[0];
-}
+tile_entry_points!(dot_q6_k, dotr4_q6_k, dot4_q6_k,
+    tile_q6_k[](BlockQ6K, BlockQ8K, scales per block 0));

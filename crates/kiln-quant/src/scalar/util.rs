@@ -123,6 +123,18 @@ pub(crate) fn arr32<T: Copy>(s: &[T], at: usize) -> &[T; 32] {
     }
 }
 
+/// The 32 values of a nibble block: element `j` is the low nibble of `qs[j]`, element
+/// `j + 16` the high one.
+pub(crate) fn nibbles(qs: &[u8; 16]) -> [u8; 32] {
+    std::array::from_fn(|i| {
+        if i < 16 {
+            qs[i] & 0x0F
+        } else {
+            qs[i - 16] >> 4
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
