@@ -436,6 +436,8 @@ pub fn kernels_for(isa: Isa) -> Option<&'static Kernels> {
         Isa::Scalar => Some(&crate::scalar::KERNELS),
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 if isa.cpu_has() => Some(&crate::arch::x86_64::AVX2),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 if isa.cpu_has() => Some(&crate::arch::x86_64::AVX512),
         #[cfg(target_arch = "aarch64")]
         Isa::Neon if isa.cpu_has() => crate::arch::aarch64::neon_kernels(),
         _ => None,

@@ -1,7 +1,8 @@
-//! x86-64 kernels. Today: AVX2 (+ FMA + F16C), the level ggml's default x86 build uses.
-//! AVX-512 / VNNI tables will sit beside it.
+//! x86-64 kernels: AVX2 (+ FMA + F16C), the level ggml's default x86 build uses, and
+//! AVX-512 (F/BW/VL + VNNI), the AVX2 table with its hot kernels replaced.
 
 mod avx2;
+mod avx512;
 
 use avx2::{dequant, dot_k, dot_k2, float, legacy, legacy2};
 
@@ -222,3 +223,8 @@ pub(crate) static AVX2: Kernels = Kernels {
         },
     ],
 };
+
+/// The AVX-512 table: [`AVX2`] with the kernels `avx512::table` replaces. Its `unsafe fn`
+/// entries need AVX-512 F/BW/VL/VNNI and AVX2/FMA/F16C, which `kernels_for(Isa::Avx512)`
+/// checks before handing it out.
+pub(crate) static AVX512: Kernels = avx512::table(&AVX2);
