@@ -129,29 +129,17 @@ fn coverage_table_matches_the_crate_docs() {
 
 /// The kernels the AVX-512 table implements itself; every other entry is the AVX2 table's.
 const AVX512_KERNELS: &[(&str, GgmlType)] = &[
-    ("dot", GgmlType::Q4_K),
-    ("dotr4", GgmlType::Q4_K),
     ("dot4", GgmlType::Q4_K),
     ("dot8", GgmlType::Q4_K),
+    ("dot4", GgmlType::Q5_K),
+    ("dot8", GgmlType::Q5_K),
     ("dot", GgmlType::Q6_K),
     ("dotr4", GgmlType::Q6_K),
     ("dot4", GgmlType::Q6_K),
     ("dot8", GgmlType::Q6_K),
-    ("dot", GgmlType::Q5_K),
-    ("dotr4", GgmlType::Q5_K),
-    ("dot4", GgmlType::Q5_K),
-    ("dot8", GgmlType::Q5_K),
-    ("dotr4", GgmlType::Q8_0),
-    ("dot4", GgmlType::Q8_0),
     ("dot8", GgmlType::Q8_0),
-    ("dotr4", GgmlType::Q4_0),
-    ("dot4", GgmlType::Q4_0),
     ("dot8", GgmlType::Q4_0),
-    ("dotr4", GgmlType::Q5_0),
-    ("dot4", GgmlType::Q5_0),
     ("dot8", GgmlType::Q5_0),
-    ("dotr4", GgmlType::Q4_1),
-    ("dot4", GgmlType::Q4_1),
     ("dot8", GgmlType::Q4_1),
 ];
 

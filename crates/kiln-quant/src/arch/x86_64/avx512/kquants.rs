@@ -1,5 +1,7 @@
-//! AVX-512 dot products of Q4_K, Q5_K and Q6_K with `Q8_K` activations: the single dot, the GEMV
-//! (four single dots) and the four- and eight-token GEMM micro-kernels.
+//! AVX-512 dot products of Q4_K, Q5_K and Q6_K with `Q8_K` activations: the four- and
+//! eight-token GEMM micro-kernels, and for Q6_K also the single dot and the GEMV (four single
+//! dots). (Q4_K's and Q5_K's single dots, which cannot share a block's unpacking, measured
+//! slower than AVX2's and are not in the table.)
 //!
 //! Each keeps the float operations of the AVX2 kernels (`super::super::avx2::dot_k`, `dot_k2`) exactly:
 //! per super-block one exact 8-lane `i32` sum, converted to `f32` and `fma`-accumulated with
@@ -100,11 +102,6 @@ fn tile_q4_k<const T: usize>(w: &[BlockQ4K], ys: [&[BlockQ8K]; T]) -> [f32; T] {
         }
     }
     std::array::from_fn(|t| hsum_f32x8(acc[t]) + hsum_f32x4(acc_m[t]))
-}
-
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) fn dot_q4_k(w: &[u8], a: &[u8]) -> f32 {
-    tile_q4_k::<1>(as_blocks(w), [as_blocks(a)])[0]
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -291,11 +288,6 @@ fn tile_q5_k<const T: usize>(w: &[BlockQ5K], ys: [&[BlockQ8K]; T]) -> [f32; T] {
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) fn dot_q5_k(w: &[u8], a: &[u8]) -> f32 {
-    tile_q5_k::<1>(as_blocks(w), [as_blocks(a)])[0]
-}
-
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) fn dot4_q5_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
     let w: &[BlockQ5K] = as_blocks(w);
     *out = tile_q5_k(w, rows_n::<4, BlockQ8K>(&a, w.len()));
@@ -307,6 +299,4 @@ pub(crate) fn dot8_q5_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
     *out = tile_q5_k(w, rows_n::<8, BlockQ8K>(&a, w.len()));
 }
 
-dotr4_by_dot!(dotr4_q4_k, dot_q4_k);
-dotr4_by_dot!(dotr4_q5_k, dot_q5_k);
 dotr4_by_dot!(dotr4_q6_k, dot_q6_k);

@@ -71,13 +71,6 @@ pub(crate) fn halves_ps(x: __m512) -> (__m256, __m256) {
     )
 }
 
-/// `a` in the lower eight lanes, `b` in the upper eight.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) fn pair_ps(a: f32, b: f32) -> __m512 {
-    _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(a), _mm512_set1_ps(b))
-}
-
 /// A `vpermd` / `vpermps` index: `a` in the lower eight lanes, `b` in the upper eight.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
