@@ -82,6 +82,54 @@ fn bench_dot(c: &mut Criterion) {
     g.finish();
 }
 
+/// The GEMM micro-kernel (`dot8`: one row × eight tokens) and the GEMV kernel (`dotr4`: four
+/// rows × one token) of the types with such kernels, per table; GB/s of weight bytes read
+/// (each `dot8` reads its row once for eight tokens). The checked entry points widen the
+/// activation scales on every call, which the matmul driver does once per batch.
+fn bench_gemm(c: &mut Criterion) {
+    let n = 4096;
+    let mut g = c.benchmark_group("gemm");
+    g.warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1))
+        .sample_size(20);
+    // The block-quantized types (float types have no integer GEMM micro-kernels).
+    for ty in kiln_quant::supported_types()
+        .into_iter()
+        .filter(|t| t.block_elems() > 1)
+    {
+        let act = vec_dot_type(ty).expect("supported");
+        let w4 = weights(ty, 4 * n);
+        let w = &w4[..w4.len() / 4];
+        for k in tables() {
+            let row = n / act.block_elems() * act.block_bytes();
+            let mut a = vec![0u8; 8 * row];
+            for t in 0..8 {
+                let x: Vec<f32> = acts(n + t).split_off(t);
+                k.quantize_activations(act, &x, &mut a[t * row..(t + 1) * row])
+                    .expect("quantize");
+            }
+            g.throughput(Throughput::Bytes(w.len() as u64));
+            g.bench_with_input(
+                BenchmarkId::new(format!("{}/dot8", ty.name()), k.isa()),
+                &(),
+                |b, _| b.iter(|| k.dot8(ty, black_box(w), black_box(&a)).expect("dot8")),
+            );
+            g.throughput(Throughput::Bytes(w4.len() as u64));
+            g.bench_with_input(
+                BenchmarkId::new(format!("{}/dotr4", ty.name()), k.isa()),
+                &(),
+                |b, _| {
+                    b.iter(|| {
+                        k.dotr4(ty, black_box(&w4), black_box(&a[..row]))
+                            .expect("dotr4")
+                    })
+                },
+            );
+        }
+    }
+    g.finish();
+}
+
 fn bench_dequant(c: &mut Criterion) {
     let n = 4096;
     let mut g = c.benchmark_group("dequantize");
@@ -163,6 +211,6 @@ fn bench_matmul(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default();
-    targets = bench_dot, bench_dequant, bench_quantize, bench_matmul
+    targets = bench_dot, bench_gemm, bench_dequant, bench_quantize, bench_matmul
 }
 criterion_main!(benches);

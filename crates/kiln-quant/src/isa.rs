@@ -10,7 +10,8 @@ pub enum Isa {
     Scalar,
     /// x86-64 with AVX2, FMA and F16C.
     Avx2,
-    /// x86-64 with AVX-512 F/BW/VL/DQ (kernels: not yet).
+    /// x86-64 with AVX-512 F/BW/VL and VNNI (and AVX2, FMA, F16C, which such CPUs have and
+    /// the kernels it shares with [`Isa::Avx2`] need). Chosen over AVX2 when present.
     Avx512,
     /// aarch64 Advanced SIMD. Its integer dots use `sdot` when the CPU also has the Armv8.2
     /// dot-product extension (`dotprod`, detected once when the table is built) and widening
@@ -53,10 +54,11 @@ impl Isa {
             }
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => {
-                std::arch::is_x86_feature_detected!("avx512f")
+                Isa::Avx2.cpu_has()
+                    && std::arch::is_x86_feature_detected!("avx512f")
                     && std::arch::is_x86_feature_detected!("avx512bw")
                     && std::arch::is_x86_feature_detected!("avx512vl")
-                    && std::arch::is_x86_feature_detected!("avx512dq")
+                    && std::arch::is_x86_feature_detected!("avx512vnni")
             }
             #[cfg(target_arch = "aarch64")]
             Isa::Neon => std::arch::is_aarch64_feature_detected!("neon"),
@@ -70,7 +72,9 @@ impl Isa {
         match self {
             Isa::Scalar => "nothing",
             Isa::Avx2 => "x86-64 avx2 + fma + f16c",
-            Isa::Avx512 => "x86-64 avx512f + avx512bw + avx512vl + avx512dq",
+            Isa::Avx512 => {
+                "x86-64 avx512f + avx512bw + avx512vl + avx512vnni (+ avx2 + fma + f16c)"
+            }
             Isa::Neon => "aarch64 neon",
         }
     }

@@ -234,6 +234,24 @@ impl Kernels {
         self.weights[w as usize].dot8_unpacked = None;
     }
 
+    /// Replaces only the four-token GEMM kernel of `w` (its dot and GEMV stay the parent's;
+    /// the kernel must still equal the dot bit for bit).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) const fn set_dot4(&mut self, w: WType, dot4: Dot4Fn) {
+        self.weights[w as usize].dot4 = self.own(dot4);
+    }
+
+    /// Replaces the eight-token kernel over unpacked rows of `w`, keeping the parent's row
+    /// unpacker (whose output layout the new kernel reads). `w` must have one.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) const fn set_dot8_over_parent_unpack(&mut self, w: WType, dot8: Dot8Fn) {
+        let own = self.own(dot8);
+        match &mut self.weights[w as usize].dot8_unpacked {
+            Some((_, d)) => *d = own,
+            None => panic!("set_dot8_over_parent_unpack: the parent table has no row unpacker"),
+        }
+    }
+
     /// Gives `w` an eight-token GEMM micro-kernel over rows unpacked once per token tile.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) const fn set_dot8_unpacked(&mut self, w: WType, unpack: UnpackFn, dot8: Dot8Fn) {
@@ -501,6 +519,8 @@ pub fn kernels_for(isa: Isa) -> Option<&'static Kernels> {
         Isa::Scalar => Some(&crate::scalar::KERNELS),
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 if isa.cpu_has() => Some(&crate::arch::x86_64::AVX2),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 if isa.cpu_has() => Some(&crate::arch::x86_64::AVX512),
         #[cfg(target_arch = "aarch64")]
         Isa::Neon if isa.cpu_has() => crate::arch::aarch64::neon_kernels(),
         _ => None,

@@ -7,7 +7,9 @@ use kiln_quant::{GgmlType, Isa, IsaError, kernels_for, select_isa};
 fn no_request_picks_the_most_capable_isa_with_kernels() {
     let isa = select_isa(None).expect("auto");
     assert!(kernels_for(isa).is_some());
-    if Isa::Avx2.cpu_has() {
+    if Isa::Avx512.cpu_has() {
+        assert_eq!(isa, Isa::Avx512);
+    } else if Isa::Avx2.cpu_has() {
         assert_eq!(isa, Isa::Avx2);
     }
     assert_eq!(select_isa(Some("  ")), Ok(isa), "blank means auto");
@@ -44,15 +46,17 @@ fn an_isa_the_cpu_lacks_is_refused_not_replaced() {
             "{e}"
         );
         assert!(e.to_string().contains("lacks"));
-        // AVX-512: refused either because the CPU lacks it or because Kiln has no kernels.
+        // AVX-512: chosen when the CPU has it, refused (not replaced by AVX2) otherwise.
         match select_isa(Some("avx512")) {
+            Ok(Isa::Avx512) => assert!(Isa::Avx512.cpu_has()),
             Err(IsaError::NotOnThisCpu {
                 isa: Isa::Avx512, ..
             }) => assert!(!Isa::Avx512.cpu_has()),
-            Err(IsaError::NoKernels {
-                isa: Isa::Avx512, ..
-            }) => assert!(Isa::Avx512.cpu_has()),
             other => panic!("avx512: {other:?}"),
+        }
+        // A lower level can always be forced on a CPU that has a higher one.
+        if Isa::Avx512.cpu_has() {
+            assert_eq!(select_isa(Some("avx2")), Ok(Isa::Avx2));
         }
         assert!(kernels_for(Isa::Neon).is_none());
     }
@@ -117,6 +121,54 @@ fn coverage_table_matches_the_crate_docs() {
         assert_eq!(isa_of("dotr4", ty), want, "dotr4 {ty}");
         let want = isa_if(avx2_dequant.contains(&ty));
         assert_eq!(isa_of("dequantize", ty), want, "dequantize {ty}");
+    }
+}
+
+/// The kernels the AVX-512 table implements itself; every other entry is the AVX2 table's.
+const AVX512_KERNELS: &[(&str, GgmlType)] = &[
+    ("dot4", GgmlType::Q4_K),
+    ("dot8", GgmlType::Q4_K),
+    ("dot4", GgmlType::Q5_K),
+    ("dot8", GgmlType::Q5_K),
+    ("dot", GgmlType::Q6_K),
+    ("dotr4", GgmlType::Q6_K),
+    ("dot4", GgmlType::Q6_K),
+    ("dot8", GgmlType::Q6_K),
+    ("dot8", GgmlType::Q8_0),
+    ("dot8", GgmlType::Q4_0),
+    ("dot8", GgmlType::Q5_0),
+    ("dot8", GgmlType::Q4_1),
+];
+
+#[test]
+fn the_avx512_table_is_the_avx2_table_with_its_own_kernels_replaced() {
+    let (Some(avx2), Some(avx512)) = (kernels_for(Isa::Avx2), kernels_for(Isa::Avx512)) else {
+        assert!(
+            !Isa::Avx512.cpu_has(),
+            "AVX-512 CPU without an AVX-512 table"
+        );
+        return;
+    };
+    assert_eq!(avx512.isa(), Isa::Avx512);
+    let base = avx2.implementations();
+    let imps = avx512.implementations();
+    for i in &imps {
+        let own = AVX512_KERNELS.contains(&(i.kernel, i.ty));
+        let inherited = base
+            .iter()
+            .find(|b| b.kernel == i.kernel && b.ty == i.ty)
+            .map(|b| b.isa);
+        if own {
+            assert_eq!(i.isa, Isa::Avx512, "{} {}", i.kernel, i.ty);
+        } else {
+            assert_eq!(Some(i.isa), inherited, "{} {}", i.kernel, i.ty);
+        }
+    }
+    for &(kernel, ty) in AVX512_KERNELS {
+        assert!(
+            imps.iter().any(|i| i.kernel == kernel && i.ty == ty),
+            "{kernel} {ty} listed"
+        );
     }
 }
 

@@ -1,7 +1,8 @@
-//! x86-64 kernels. Today: AVX2 (+ FMA + F16C), the level ggml's default x86 build uses.
-//! An AVX-512 table would start from [`avx2_table`] and override what it implements.
+//! x86-64 kernels: AVX2 (+ FMA + F16C), the level ggml's default x86 build uses, and
+//! AVX-512 (F/BW/VL + VNNI), the AVX2 table with its hot kernels replaced.
 
 mod avx2;
+mod avx512;
 
 use avx2::{act, float, iquants, kquants, legacy};
 
@@ -124,3 +125,8 @@ pub(crate) const fn avx2_table() -> Kernels {
 }
 
 pub(crate) static AVX2: Kernels = avx2_table();
+
+/// The AVX-512 table: [`AVX2`] with the kernels `avx512::table` replaces. Its `unsafe fn`
+/// entries need AVX-512 F/BW/VL/VNNI and AVX2/FMA/F16C, which `kernels_for(Isa::Avx512)`
+/// checks before handing it out.
+pub(crate) static AVX512: Kernels = avx512::table(avx2_table());

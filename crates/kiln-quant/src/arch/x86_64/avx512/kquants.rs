@@ -1,0 +1,302 @@
+//! AVX-512 dot products of Q4_K, Q5_K and Q6_K with `Q8_K` activations: the four- and
+//! eight-token GEMM micro-kernels, and for Q6_K also the single dot and the GEMV (four single
+//! dots). (Q4_K's and Q5_K's single dots, which cannot share a block's unpacking, measured
+//! slower than AVX2's and are not in the table.)
+//!
+//! Each keeps the float operations of the AVX2 kernels (`super::super::avx2::dot_k`, `dot_k2`) exactly:
+//! per super-block one exact 8-lane `i32` sum, converted to `f32` and `fma`-accumulated with
+//! the super-block scale, the mins in their own accumulator (Q4_K: 4 lanes, Q5_K: a scalar
+//! fused chain), `hsum_float_8` at the end. Only the integer sums are formed differently, and integer sums are exact:
+//!
+//! * one `zmm` covers two 32-value sub-blocks (64 contiguous activation bytes), the lower
+//!   256 bits the first, the upper the second;
+//! * `maddubs` forms the byte-pair products (unsigned 4-, 5- or 6-bit weights × signed bytes:
+//!   at most `2 · 63 · 128 < 2^15`, so it never saturates here) and VNNI `vpdpwssd`
+//!   multiplies them by the sub-block scale and accumulates, replacing AVX2's `madd` + `add`;
+//! * at the end of the super-block the two 256-bit halves are added: lane `l` then holds
+//!   the same sum of quads as AVX2's lane `l` (a reordering of exact integer additions).
+
+use std::arch::x86_64::*;
+
+use super::util::*;
+use crate::arch::x86_64::avx2::util::{f16_to_f32, f16x2_to_f32, hsum_f32x4, hsum_f32x8};
+use crate::blocks::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, as_blocks, q4k_scales_mins};
+use crate::kernels::ActRows;
+
+// ---------------------------------------------------------------- Q4_K × Q8_K
+
+/// A Q4_K block unpacked for the integer sums: for each pair `j` of sub-blocks its 64
+/// nibbles (sub-block `2j` low, `2j + 1` high) and the `i16` scales (`sc[2j]` in the lower
+/// 256 bits, `sc[2j + 1]` in the upper), plus what the float steps need.
+struct Q4K {
+    q: [__m512i; 4],
+    sc: [__m512i; 4],
+    d: f32,
+    dmin: f32,
+    /// The 8 mins as `i16` lanes.
+    mins: __m128i,
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn q4k_unpack(x: &BlockQ4K) -> Q4K {
+    let (sc, m) = q4k_scales_mins(&x.scales);
+    let dm = f16x2_to_f32(x.d, x.dmin);
+    let sc16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_set_epi64x(0, i64::from_le_bytes(sc))));
+    let m4 = _mm512_set1_epi8(0x0F);
+    Q4K {
+        q: std::array::from_fn(|j| {
+            let bits = broadcast32(&x.qs[32 * j..32 * j + 32]);
+            // Low nibbles in the lower half, high nibbles in the upper half.
+            _mm512_and_si512(_mm512_mask_srli_epi16::<4>(bits, HI_HALF16, bits), m4)
+        }),
+        sc: std::array::from_fn(|j| {
+            _mm512_permutexvar_epi16(pair_index16(2 * j as i16, 2 * j as i16 + 1), sc16)
+        }),
+        d: _mm_cvtss_f32(dm),
+        dmin: _mm_cvtss_f32(_mm_movehdup_ps(dm)),
+        mins: _mm_cvtepu8_epi16(_mm_set_epi64x(0, i64::from_le_bytes(m))),
+    }
+}
+
+/// `sum(m_j * sum(q8 in sub-block j))` as 4 `i32` lanes, from `bsums` (as AVX2).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn q4k_mins_prod(mins: __m128i, y: &BlockQ8K) -> __m128i {
+    let q8sums = load256(&y.bsums);
+    let q8s = _mm_hadd_epi16(
+        _mm256_castsi256_si128(q8sums),
+        _mm256_extracti128_si256::<1>(q8sums),
+    );
+    _mm_madd_epi16(mins, q8s)
+}
+
+/// The 1 × `T` tile of Q4_K: each weight block unpacked once for the `T` tokens.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn tile_q4_k<const T: usize>(w: &[BlockQ4K], ys: [&[BlockQ8K]; T]) -> [f32; T] {
+    for y in ys {
+        assert_eq!(y.len(), w.len());
+    }
+    let mut acc = [_mm256_setzero_ps(); T];
+    let mut acc_m = [_mm_setzero_ps(); T];
+    for (i, x) in w.iter().enumerate() {
+        let b = q4k_unpack(x);
+        let yt: [&BlockQ8K; T] = std::array::from_fn(|t| &ys[t][i]);
+        let mut sumi = [_mm512_setzero_si512(); T];
+        for j in 0..4 {
+            for t in 0..T {
+                let q8 = load512(&yt[t].qs[64 * j..64 * j + 64]);
+                let p = _mm512_maddubs_epi16(b.q[j], q8);
+                sumi[t] = _mm512_dpwssd_epi32(sumi[t], p, b.sc[j]);
+            }
+        }
+        for t in 0..T {
+            let yd = yt[t].d.get();
+            let d = yd * b.d;
+            let dmin = -yd * b.dmin;
+            let prod = q4k_mins_prod(b.mins, yt[t]);
+            acc_m[t] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m[t]);
+            let s = fold_halves(sumi[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s), acc[t]);
+        }
+    }
+    std::array::from_fn(|t| hsum_f32x8(acc[t]) + hsum_f32x4(acc_m[t]))
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn dot4_q4_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
+    let w: &[BlockQ4K] = as_blocks(w);
+    *out = tile_q4_k(w, rows_n::<4, BlockQ8K>(&a, w.len()));
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn dot8_q4_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
+    let w: &[BlockQ4K] = as_blocks(w);
+    *out = tile_q4_k(w, rows_n::<8, BlockQ8K>(&a, w.len()));
+}
+
+// ---------------------------------------------------------------- Q6_K × Q8_K
+
+/// A Q6_K block unpacked for the integer sums: its 6-bit values (0..64, unbiased) as four
+/// `zmm` of 64, in activation order, and for each the `i16` scales (one per 16 values, each
+/// filling a 128-bit lane), plus the scales as 16 `i16` lanes for the bias correction.
+struct Q6K {
+    q: [__m512i; 4],
+    sc: [__m512i; 4],
+    scales16: __m256i,
+    d: f32,
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn q6k_unpack(x: &BlockQ6K) -> Q6K {
+    let m15 = _mm512_set1_epi8(15);
+    // Bits 4, 5 of the values of groups (0, 1) and (2, 3) of a half come from bit pairs
+    // (0-1, 2-3) and (4-5, 6-7) of the same `qh` bytes; each half of the `zmm` masks and
+    // shifts its own pair. (16-bit shifts: the masked bits never cross a byte.)
+    let mask_a = _mm512_inserti64x4::<1>(_mm512_set1_epi8(3), _mm256_set1_epi8(12));
+    let mask_b = _mm512_inserti64x4::<1>(_mm512_set1_epi8(48), _mm256_set1_epi8(-64));
+    let shl_a = _mm512_inserti64x4::<1>(_mm512_set1_epi16(4), _mm256_set1_epi16(2));
+    let shr_b = _mm512_inserti64x4::<1>(_mm512_setzero_si512(), _mm256_set1_epi16(2));
+    let mut q = [_mm512_setzero_si512(); 4];
+    for h in 0..2 {
+        let b12 = load512(&x.ql[64 * h..64 * h + 64]);
+        let bh = broadcast32(&x.qh[32 * h..32 * h + 32]);
+        let ha = _mm512_sllv_epi16(_mm512_and_si512(bh, mask_a), shl_a);
+        let hb = _mm512_srlv_epi16(_mm512_and_si512(bh, mask_b), shr_b);
+        q[2 * h] = _mm512_or_si512(_mm512_and_si512(b12, m15), ha);
+        q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(b12), m15), hb);
+    }
+    let scales16 = _mm256_cvtepi8_epi16(load128(&x.scales));
+    let s = _mm512_castsi256_si512(scales16);
+    Q6K {
+        q,
+        sc: std::array::from_fn(|g| {
+            let k = 4 * g as i16;
+            _mm512_permutexvar_epi16(quad_index16(k), s)
+        }),
+        scales16,
+        d: f16_to_f32(x.d),
+    }
+}
+
+/// The per-lane bias correction `32 * sum(sc * bsum)` (as AVX2).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn q6k_bias(scales16: __m256i, y: &BlockQ8K) -> __m256i {
+    _mm256_slli_epi32::<5>(_mm256_madd_epi16(load256(&y.bsums), scales16))
+}
+
+/// The 1 × `T` tile of Q6_K: each weight block unpacked once for the `T` tokens.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn tile_q6_k<const T: usize>(w: &[BlockQ6K], ys: [&[BlockQ8K]; T]) -> [f32; T] {
+    for y in ys {
+        assert_eq!(y.len(), w.len());
+    }
+    let mut acc = [_mm256_setzero_ps(); T];
+    for (i, x) in w.iter().enumerate() {
+        let b = q6k_unpack(x);
+        let yt: [&BlockQ8K; T] = std::array::from_fn(|t| &ys[t][i]);
+        let mut sumi = [_mm512_setzero_si512(); T];
+        for g in 0..4 {
+            for t in 0..T {
+                let q8 = load512(&yt[t].qs[64 * g..64 * g + 64]);
+                let p = _mm512_maddubs_epi16(b.q[g], q8);
+                sumi[t] = _mm512_dpwssd_epi32(sumi[t], p, b.sc[g]);
+            }
+        }
+        for t in 0..T {
+            let s = _mm256_sub_epi32(fold_halves(sumi[t]), q6k_bias(b.scales16, yt[t]));
+            let d = yt[t].d.get() * b.d;
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s), acc[t]);
+        }
+    }
+    std::array::from_fn(|t| hsum_f32x8(acc[t]))
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn dot_q6_k(w: &[u8], a: &[u8]) -> f32 {
+    tile_q6_k::<1>(as_blocks(w), [as_blocks(a)])[0]
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn dot4_q6_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
+    let w: &[BlockQ6K] = as_blocks(w);
+    *out = tile_q6_k(w, rows_n::<4, BlockQ8K>(&a, w.len()));
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn dot8_q6_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
+    let w: &[BlockQ6K] = as_blocks(w);
+    *out = tile_q6_k(w, rows_n::<8, BlockQ8K>(&a, w.len()));
+}
+
+// ---------------------------------------------------------------- Q5_K × Q8_K
+
+/// A Q5_K block unpacked as [`Q4K`]'s (values 0..32: the fifth bit of sub-block `g` is bit
+/// `g` of `qh`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn q5k_unpack(x: &BlockQ5K) -> Q4K {
+    let (sc, m) = q4k_scales_mins(&x.scales);
+    let dm = f16x2_to_f32(x.d, x.dmin);
+    let sc16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_set_epi64x(0, i64::from_le_bytes(sc))));
+    let m4 = _mm512_set1_epi8(0x0F);
+    let one = _mm512_set1_epi8(1);
+    let hbits = broadcast32(&x.qh);
+    Q4K {
+        q: std::array::from_fn(|j| {
+            let bits = broadcast32(&x.qs[32 * j..32 * j + 32]);
+            let lo = _mm512_and_si512(_mm512_mask_srli_epi16::<4>(bits, HI_HALF16, bits), m4);
+            // Bit `2j` of `qh` for the lower half, bit `2j + 1` for the upper (16-bit shifts:
+            // bit 0 of each byte is then that byte's own bit).
+            let n = pair_index16(2 * j as i16, 2 * j as i16 + 1);
+            let hi = _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srlv_epi16(hbits, n), one));
+            _mm512_or_si512(lo, hi)
+        }),
+        sc: std::array::from_fn(|j| {
+            _mm512_permutexvar_epi16(pair_index16(2 * j as i16, 2 * j as i16 + 1), sc16)
+        }),
+        d: _mm_cvtss_f32(dm),
+        dmin: _mm_cvtss_f32(_mm_movehdup_ps(dm)),
+        mins: _mm_cvtepu8_epi16(_mm_set_epi64x(0, i64::from_le_bytes(m))),
+    }
+}
+
+/// `sum_j m_j * (bsum_2j + bsum_2j+1)` (pair sums wrapped to `i16` by `hadd_epi16`), exact.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn q5k_mins(mins: __m128i, y: &BlockQ8K) -> i32 {
+    let prod = q4k_mins_prod(mins, y);
+    let s = _mm_add_epi32(prod, _mm_unpackhi_epi64(prod, prod));
+    _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<1>(s)))
+}
+
+/// The 1 × `T` tile of Q5_K: each weight block unpacked once for the `T` tokens; the mins in
+/// a scalar fused chain per token, as AVX2.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn tile_q5_k<const T: usize>(w: &[BlockQ5K], ys: [&[BlockQ8K]; T]) -> [f32; T] {
+    for y in ys {
+        assert_eq!(y.len(), w.len());
+    }
+    let mut acc = [_mm256_setzero_ps(); T];
+    let mut summs = [0.0f32; T];
+    for (i, x) in w.iter().enumerate() {
+        let b = q5k_unpack(x);
+        let yt: [&BlockQ8K; T] = std::array::from_fn(|t| &ys[t][i]);
+        let mut sumi = [_mm512_setzero_si512(); T];
+        for j in 0..4 {
+            for t in 0..T {
+                let q8 = load512(&yt[t].qs[64 * j..64 * j + 64]);
+                let p = _mm512_maddubs_epi16(b.q[j], q8);
+                sumi[t] = _mm512_dpwssd_epi32(sumi[t], p, b.sc[j]);
+            }
+        }
+        for t in 0..T {
+            let yd = yt[t].d.get();
+            let d = yd * b.d;
+            let dmin = -yd * b.dmin;
+            summs[t] = dmin.mul_add(q5k_mins(b.mins, yt[t]) as f32, summs[t]);
+            let s = fold_halves(sumi[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s), acc[t]);
+        }
+    }
+    std::array::from_fn(|t| hsum_f32x8(acc[t]) + summs[t])
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn dot4_q5_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
+    let w: &[BlockQ5K] = as_blocks(w);
+    *out = tile_q5_k(w, rows_n::<4, BlockQ8K>(&a, w.len()));
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn dot8_q5_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
+    let w: &[BlockQ5K] = as_blocks(w);
+    *out = tile_q5_k(w, rows_n::<8, BlockQ8K>(&a, w.len()));
+}
+
+dotr4_by_dot!(dotr4_q6_k, dot_q6_k);

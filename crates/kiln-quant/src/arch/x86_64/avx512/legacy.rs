@@ -1,0 +1,166 @@
+//! AVX-512 eight-token GEMM micro-kernels of the 32-value block types: signed weights (Q4_0,
+//! Q5_0 over rows unpacked by the AVX2 table's unpackers, Q8_0) × Q8_0 activations, and Q4_1
+//! × Q8_1. (GEMV and four-token versions of the same scheme measured slower than AVX2's and
+//! are not in the table.)
+//!
+//! The float operations per (row, token) pair are exactly those of the AVX2 kernels
+//! (`super::super::avx2::legacy`): per block an exact 8-lane `i32` sum of quads, converted to
+//! `f32` and `fma`-accumulated with `f16(dx) * f16(dy)`, `hsum_float_8` at the end (Q4_1: plus
+//! its fused `m * s` sum). A `zmm` carries two tokens side by side, so each 512-bit
+//! instruction does the work of two 256-bit ones without changing any lane's operations.
+//!
+//! The integer quads come from VNNI `vpdpbusd` (unsigned × signed bytes, four products summed
+//! into an `i32` without saturation) instead of `maddubs` + `madd`; for these types the
+//! `maddubs` pairs never saturate, so the lanes are the same. Signed weights go through the
+//! same sign trick as AVX2 (`|x|` against `y` negated where `x < 0`, with 8-bit wrapping: an
+//! activation of `-128` stays `-128`), done with a masked subtraction since AVX-512 has no
+//! `vpsignb`.
+
+use std::arch::x86_64::*;
+
+use super::util::*;
+use crate::arch::x86_64::avx2::util::{
+    f16_to_f32, f16x2_to_f32, hsum_f32x8, load_f32x8, nibbles32,
+};
+use crate::blocks::{BlockI8, BlockQ4_1, BlockQ8_0, BlockQ8_1, as_blocks};
+use crate::kernels::ActRows;
+
+// ------------------------------------------------- signed weights × Q8_0 (Q4_0, Q5_0, Q8_0)
+
+/// A block's 32 values as signed bytes and `f16(d)` widened (the AVX2 unpacking).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn unpack_q8_0(x: &BlockQ8_0) -> (__m256i, f32) {
+    (load256(&x.qs), f16_to_f32(x.d))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn unpack_i8(x: &BlockI8) -> (__m256i, f32) {
+    (load256(&x.qs), x.d)
+}
+
+/// Signed weights `wx` (both halves) against activations `y` (each half its own): the quad
+/// sums of AVX2's sign trick, as floats.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn quads_ss(ax: __m512i, neg: __mmask64, y: __m512i) -> __m512 {
+    let zero = _mm512_setzero_si512();
+    let sy = _mm512_mask_sub_epi8(y, neg, zero, y);
+    _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, ax, sy))
+}
+
+/// The 1 × 8 GEMM tile for signed weights: tokens `2p`, `2p + 1` share a `zmm`. The
+/// activation scales come interleaved (`sc8`, block `i`'s scale of token `t` at `8 i + t`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn tile8_q8_0<W>(
+    w: &[W],
+    ys: [&[BlockQ8_0]; 8],
+    sc8: &[f32],
+    unpack: impl Fn(&W) -> (__m256i, f32),
+) -> [f32; 8] {
+    let nb = w.len();
+    for y in ys {
+        assert_eq!(y.len(), nb);
+    }
+    assert_eq!(sc8.len(), 8 * nb);
+    let mut acc = [_mm512_setzero_ps(); 4];
+    for i in 0..nb {
+        let (qx, dx) = unpack(&w[i]);
+        let wx = _mm512_broadcast_i64x4(qx);
+        let ax = _mm512_abs_epi8(wx);
+        let neg = _mm512_movepi8_mask(wx);
+        // `dx * dy` for the eight tokens (the AVX2 products); pair `p` takes lanes `2p`,
+        // `2p + 1` to its halves.
+        let d8 = _mm512_castps256_ps512(_mm256_mul_ps(
+            _mm256_set1_ps(dx),
+            load_f32x8(&sc8[8 * i..8 * i + 8]),
+        ));
+        for p in 0..4 {
+            let (y0, y1) = (&ys[2 * p][i], &ys[2 * p + 1][i]);
+            let d = _mm512_permutexvar_ps(pair_index32(2 * p as i32, 2 * p as i32 + 1), d8);
+            let s = quads_ss(ax, neg, join32(&y0.qs, &y1.qs));
+            acc[p] = _mm512_fmadd_ps(d, s, acc[p]);
+        }
+    }
+    let mut out = [0.0; 8];
+    for p in 0..4 {
+        let (lo, hi) = halves_ps(acc[p]);
+        out[2 * p] = hsum_f32x8(lo);
+        out[2 * p + 1] = hsum_f32x8(hi);
+    }
+    out
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn dot8_q8_0(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
+    let w: &[BlockQ8_0] = as_blocks(w);
+    let ys = rows_n::<8, BlockQ8_0>(&a, w.len());
+    *out = tile8_q8_0(w, ys, &a.sc8[..8 * w.len()], |x| unpack_q8_0(x));
+}
+
+/// The eight-token micro-kernel over unpacked rows ([`BlockI8`], from the AVX2 table's
+/// `unpack_q4_0` / `unpack_q5_0`): the same values and operations as the packed types'.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn dot8_i8(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
+    let w: &[BlockI8] = as_blocks(w);
+    let ys = rows_n::<8, BlockQ8_0>(&a, w.len());
+    *out = tile8_q8_0(w, ys, &a.sc8[..8 * w.len()], |x| unpack_i8(x));
+}
+
+// ---------------------------------------------------------------- Q4_1 × Q8_1
+
+/// Unsigned nibbles `qx` (both halves) against activations `y`: the quad sums, as floats.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn quads_us(qx: __m512i, y: __m512i) -> __m512 {
+    _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), qx, y))
+}
+
+/// The 1 × 8 GEMM tile of Q4_1 (tokens `2p`, `2p + 1` share a `zmm`), with the activation
+/// scales interleaved (`sc8`: block `i`'s `d` of token `t` at `16 i + t`, its `s` at
+/// `16 i + 8 + t`); the eight `m * s` sums run as one vector `fma` (lane `t` is token `t`'s
+/// fused step), as in AVX2.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn tile8_q4_1(w: &[BlockQ4_1], ys: [&[BlockQ8_1]; 8], sc8: &[f32]) -> [f32; 8] {
+    let nb = w.len();
+    for y in ys {
+        assert_eq!(y.len(), nb);
+    }
+    assert_eq!(sc8.len(), 16 * nb);
+    let mut acc = [_mm512_setzero_ps(); 4];
+    let mut summs = _mm256_setzero_ps();
+    for (i, x) in w.iter().enumerate() {
+        let dm = f16x2_to_f32(x.d, x.m);
+        let (dx, mx) = (_mm_cvtss_f32(dm), _mm_cvtss_f32(_mm_movehdup_ps(dm)));
+        let qx = _mm512_broadcast_i64x4(nibbles32(&x.qs));
+        let s8 = &sc8[16 * i..16 * i + 16];
+        summs = _mm256_fmadd_ps(_mm256_set1_ps(mx), load_f32x8(&s8[8..]), summs);
+        let d8 = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(dx), load_f32x8(&s8[..8])));
+        for p in 0..4 {
+            let (y0, y1) = (&ys[2 * p][i], &ys[2 * p + 1][i]);
+            let d = _mm512_permutexvar_ps(pair_index32(2 * p as i32, 2 * p as i32 + 1), d8);
+            let s = quads_us(qx, join32(&y0.qs, &y1.qs));
+            acc[p] = _mm512_fmadd_ps(d, s, acc[p]);
+        }
+    }
+    let mut sm = [0.0f32; 8];
+    // SAFETY: `sm` is 8 writable floats; unaligned store.
+    unsafe { _mm256_storeu_ps(sm.as_mut_ptr(), summs) };
+    let mut out = [0.0; 8];
+    for p in 0..4 {
+        let (lo, hi) = halves_ps(acc[p]);
+        out[2 * p] = hsum_f32x8(lo) + sm[2 * p];
+        out[2 * p + 1] = hsum_f32x8(hi) + sm[2 * p + 1];
+    }
+    out
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn dot8_q4_1(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
+    let w: &[BlockQ4_1] = as_blocks(w);
+    let ys = rows_n::<8, BlockQ8_1>(&a, w.len());
+    *out = tile8_q4_1(w, ys, &a.sc8[..16 * w.len()]);
+}

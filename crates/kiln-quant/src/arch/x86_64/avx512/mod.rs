@@ -1,0 +1,37 @@
+//! Kernels for x86-64 with AVX-512 F/BW/VL and VNNI (on top of AVX2 + FMA + F16C, which
+//! every such CPU has and the table's inherited entries need). Every function here is
+//! `#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]` and
+//! reachable only through the [`AVX512`](super::AVX512) table, which is the AVX2 table with
+//! the entries of [`table`] replaced.
+
+pub(crate) mod kquants;
+pub(crate) mod legacy;
+pub(crate) mod util;
+
+use crate::isa::Isa;
+use crate::kernels::Kernels;
+use crate::types::WType::*;
+
+/// The AVX-512 table: `parent` (the AVX2 table) with the kernels that have an AVX-512 version
+/// replaced. Entries not replaced keep their parent's ISA in the coverage table.
+pub(crate) const fn table(parent: Kernels) -> Kernels {
+    let mut k = Kernels::inherit(parent, Isa::Avx512);
+    // Only kernels measured faster than the AVX2 ones they replace (docs/kernels.md).
+    k.set_dot4(Q4_K, kquants::dot4_q4_k);
+    k.set_dot8(Q4_K, kquants::dot8_q4_k);
+    k.set_dot4(Q5_K, kquants::dot4_q5_k);
+    k.set_dot8(Q5_K, kquants::dot8_q5_k);
+    k.set_dots(
+        Q6_K,
+        kquants::dot_q6_k,
+        kquants::dotr4_q6_k,
+        kquants::dot4_q6_k,
+    );
+    k.set_dot8(Q6_K, kquants::dot8_q6_k);
+    k.set_dot8(Q8_0, legacy::dot8_q8_0);
+    k.set_dot8(Q4_1, legacy::dot8_q4_1);
+    // Q4_0 and Q5_0 keep AVX2's row unpackers; the eight-token kernel over them is new.
+    k.set_dot8_over_parent_unpack(Q4_0, legacy::dot8_i8);
+    k.set_dot8_over_parent_unpack(Q5_0, legacy::dot8_i8);
+    k
+}

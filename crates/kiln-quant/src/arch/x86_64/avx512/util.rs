@@ -1,0 +1,125 @@
+//! Small AVX-512 building blocks shared by the kernels.
+
+use std::arch::x86_64::*;
+
+use bytemuck::Pod;
+
+use crate::blocks::as_blocks;
+use crate::kernels::ActRows;
+
+/// The upper sixteen `i16` lanes of a `zmm` (its upper 256 bits).
+pub(crate) const HI_HALF16: __mmask32 = 0xFFFF_0000;
+
+/// 64 bytes from a slice that has at least 64 (checked).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn load512<T: Pod>(p: &[T]) -> __m512i {
+    let bytes: &[u8] = bytemuck::cast_slice(p);
+    assert!(bytes.len() >= 64);
+    // SAFETY: at least 64 readable bytes (asserted); the load is unaligned.
+    unsafe { _mm512_loadu_si512(bytes.as_ptr().cast()) }
+}
+
+/// 32 bytes from a slice that has at least 32 (checked).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn load256<T: Pod>(p: &[T]) -> __m256i {
+    let bytes: &[u8] = bytemuck::cast_slice(p);
+    assert!(bytes.len() >= 32);
+    // SAFETY: at least 32 readable bytes (asserted); the load is unaligned.
+    unsafe { _mm256_loadu_si256(bytes.as_ptr().cast()) }
+}
+
+/// 16 bytes from a slice that has at least 16 (checked).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn load128<T: Pod>(p: &[T]) -> __m128i {
+    let bytes: &[u8] = bytemuck::cast_slice(p);
+    assert!(bytes.len() >= 16);
+    // SAFETY: at least 16 readable bytes (asserted); the load is unaligned.
+    unsafe { _mm_loadu_si128(bytes.as_ptr().cast()) }
+}
+
+/// 32 bytes (checked as in [`load256`]) in both halves of a `zmm`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn broadcast32<T: Pod>(p: &[T]) -> __m512i {
+    _mm512_broadcast_i64x4(load256(p))
+}
+
+/// Two 32-byte groups (checked as in [`load256`]) as the lower and upper half of a `zmm`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn join32<T: Pod, U: Pod>(lo: &[T], hi: &[U]) -> __m512i {
+    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(load256(lo)), load256(hi))
+}
+
+/// The two 256-bit halves of a `zmm` of `i32` lanes added: lane `l` is `x[l] + x[l + 8]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn fold_halves(x: __m512i) -> __m256i {
+    _mm256_add_epi32(_mm512_castsi512_si256(x), _mm512_extracti64x4_epi64::<1>(x))
+}
+
+/// The lower and upper 256 bits of a `zmm` of floats.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn halves_ps(x: __m512) -> (__m256, __m256) {
+    (
+        _mm512_castps512_ps256(x),
+        _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(x))),
+    )
+}
+
+/// A `vpermd` / `vpermps` index: `a` in the lower eight lanes, `b` in the upper eight.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn pair_index32(a: i32, b: i32) -> __m512i {
+    _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(a), _mm512_set1_epi32(b))
+}
+
+/// A `vpermw` index: `a` in the lower sixteen `i16` lanes, `b` in the upper sixteen.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn pair_index16(a: i16, b: i16) -> __m512i {
+    _mm512_inserti64x4::<1>(_mm512_set1_epi16(a), _mm256_set1_epi16(b))
+}
+
+/// A `vpermw` index: `k + L` in every lane of 128-bit lane `L`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn quad_index16(k: i16) -> __m512i {
+    _mm512_add_epi16(
+        _mm512_set1_epi16(k),
+        _mm512_set_epi64(
+            0x0003_0003_0003_0003,
+            0x0003_0003_0003_0003,
+            0x0002_0002_0002_0002,
+            0x0002_0002_0002_0002,
+            0x0001_0001_0001_0001,
+            0x0001_0001_0001_0001,
+            0,
+            0,
+        ),
+    )
+}
+
+/// The first `T` activation rows, each `n` blocks long.
+#[inline(always)]
+pub(crate) fn rows_n<'a, const T: usize, B: Pod>(a: &ActRows<'a>, n: usize) -> [&'a [B]; T] {
+    let len = n * size_of::<B>();
+    std::array::from_fn(|t| as_blocks(a.row(t, len)))
+}
+
+/// A GEMV entry point made of four single-row dots.
+macro_rules! dotr4_by_dot {
+    ($name:ident, $dot:ident) => {
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        pub(crate) fn $name(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32; 4]) {
+            for (r, o) in out.iter_mut().enumerate() {
+                *o = $dot(&w[r * row_bytes..(r + 1) * row_bytes], a);
+            }
+        }
+    };
+}
+pub(crate) use dotr4_by_dot;
