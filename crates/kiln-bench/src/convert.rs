@@ -219,9 +219,17 @@ pub fn dequantize_model(src: &GgufFile, to: GgmlType, out: &Path) -> Result<u64,
     Ok(w.write_file(out)?)
 }
 
-/// The architectures [`convert_hf_dir`] writes (after `config.json`'s `model_type` is
-/// mapped as the loader maps it: `mistral` → `llama`, `gemma3_text` → `gemma3`).
-pub const HF_CONVERT_ARCHS: &[&str] = &["llama", "qwen2", "gemma3"];
+/// The architectures [`convert_hf_dir`] writes, by GGUF name: those whose descriptor says
+/// their converted layout loads in llama.cpp (`ArchDescriptor::gguf_export`).
+/// `config.json`'s `model_type` is mapped as the loader maps it (`mistral` → `llama`,
+/// `gemma3_text` → `gemma3`).
+pub fn hf_convert_archs() -> Vec<&'static str> {
+    kiln_model::ARCHITECTURES
+        .iter()
+        .filter(|a| a.gguf_export)
+        .map(|a| a.gguf_name)
+        .collect()
+}
 
 /// What [`convert_hf_dir`] wrote.
 #[derive(Clone, Debug)]
@@ -239,20 +247,18 @@ pub struct HfConversion {
 /// layout of [`kiln_model::convert::hf_to_gguf`] (llama Q/K rows permuted, Gemma norms
 /// stored as `1 + w`), the vocabulary of [`kiln_tokenizer::gguf_metadata_from_hf_dir`]
 /// (padded to the embedding's rows), `general.name` from the directory's name, then the
-/// plan of [`convert_model`]. Only [`HF_CONVERT_ARCHS`] are written; others are refused
+/// plan of [`convert_model`]. Only [`hf_convert_archs`] are written; others are refused
 /// before any tensor is read.
 pub fn convert_hf_dir(dir: &Path, to: GgmlType, out: &Path) -> Result<HfConversion, BenchError> {
     if let Some(model_type) = model_type(dir) {
-        let arch = kiln_model::HF_MODEL_TYPES
-            .iter()
-            .find(|(t, _)| *t == model_type)
-            .map_or(model_type.as_str(), |(_, a)| *a);
-        if !HF_CONVERT_ARCHS.contains(&arch) {
+        let arch = kiln_model::ArchDescriptor::by_hf_model_type(&model_type).ok();
+        if !arch.is_some_and(|a| a.gguf_export) {
             return Err(BenchError::UnsupportedHfArchitecture {
                 dir: dir.to_path_buf(),
-                arch: arch.to_string(),
+                // A model_type Kiln does not load at all is named as itself.
+                arch: arch.map_or(model_type.clone(), |a| a.gguf_name.to_string()),
                 model_type,
-                supported: HF_CONVERT_ARCHS.join(", "),
+                supported: hf_convert_archs().join(", "),
             });
         }
     }

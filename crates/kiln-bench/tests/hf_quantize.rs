@@ -215,7 +215,10 @@ fn smollm2_checkpoint_written_as_q8_0_keeps_the_vocabulary_and_follows_the_check
 #[test]
 fn tiny_llama_qwen2_and_gemma3_checkpoints_written_as_f32_give_the_directory_logits() {
     let tokens: Vec<u32> = vec![1, 5, 9, 2, 7, 3, 11, 4];
-    for arch in ["llama", "qwen2", "gemma3"] {
+    // Every architecture the converter writes (llama, qwen2 and gemma3).
+    let archs = kiln_bench::convert::hf_convert_archs();
+    assert_eq!(archs, ["llama", "qwen2", "gemma3"]);
+    for arch in archs {
         let dir = testdata(&format!("hf-tiny/{arch}"));
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().join("tiny.gguf");
@@ -230,7 +233,10 @@ fn tiny_llama_qwen2_and_gemma3_checkpoints_written_as_f32_give_the_directory_log
         eprintln!("hf-tiny/{arch}: dir vs F32 GGUF max |Δlogit| {worst:e}");
         // Only llama's Q/K rows are permuted (summation order changes); qwen2 and gemma3
         // tensors are the checkpoint's bytes (norms + 1 in f32 either way): bit-identical.
-        let bound = if arch == "llama" { 1e-4 } else { 0.0 };
+        let permuted = kiln_model::ArchDescriptor::by_gguf_name(arch)
+            .unwrap()
+            .qk_permute;
+        let bound = if permuted { 1e-4 } else { 0.0 };
         assert!(worst <= bound, "{arch}: logits differ by {worst}");
     }
 }

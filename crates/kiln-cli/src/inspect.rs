@@ -1,5 +1,5 @@
-//! `kiln inspect`: a readable dump of a GGUF file — header, metadata, tensor table and
-//! per-type totals. Long strings and arrays are abbreviated unless `full` is set.
+//! `kiln inspect`: a readable dump of a GGUF file — header, whether Kiln runs its
+//! architecture, metadata, tensor table and per-type totals. Long strings and arrays are abbreviated unless `full` is set.
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
@@ -41,6 +41,7 @@ fn report(file: &GgufFile, name: &str, full: bool, out: &mut dyn Write) -> io::R
     writeln!(out, "alignment:    {}", file.alignment())?;
     writeln!(out, "tensors:      {}", tensors.len())?;
     writeln!(out, "data offset:  {}", file.data_offset())?;
+    writeln!(out, "architecture: {}", architecture(file))?;
 
     let md = file.metadata();
     writeln!(out)?;
@@ -220,6 +221,20 @@ fn fmt_array(a: &Array, full: bool) -> String {
     format!("[{} × {}] {body}", a.len(), a.elem_type().name())
 }
 
+/// `general.architecture`, and whether Kiln runs it (listing what it runs when not).
+fn architecture(file: &GgufFile) -> String {
+    match file.architecture() {
+        Err(_) => format!(
+            "none (supported: {})",
+            kiln_model::supported_architectures().join(", ")
+        ),
+        Ok(arch) => match kiln_model::ArchDescriptor::by_gguf_name(arch) {
+            Ok(_) => format!("{arch} (supported)"),
+            Err(e) => format!("{arch} (not runnable: {e})"),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,6 +283,22 @@ mod tests {
         assert!(s.contains("[1 × array] [[2 × u8] [1, 2]]"), "{s}");
         assert!(s.contains("token_embd.weight  Q8_0     64 × 3"), "{s}");
         assert!(s.contains("  total          2"), "{s}");
+        assert!(s.contains("architecture: llama (supported)\n"), "{s}");
+    }
+
+    #[test]
+    fn an_architecture_kiln_does_not_run_is_flagged_with_the_supported_list() {
+        let mut w = GgufWriter::new();
+        w.add_metadata("general.architecture", "mllama").unwrap();
+        let file = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
+        let mut out = Vec::new();
+        print(&file, "x.gguf", false, &mut out).unwrap();
+        let s = String::from_utf8(out).unwrap();
+        let want = format!(
+            "architecture: mllama (not runnable: unsupported architecture 'mllama'; supported: {})",
+            kiln_model::supported_architectures().join(", ")
+        );
+        assert!(s.contains(&want), "{s}");
     }
 
     #[test]

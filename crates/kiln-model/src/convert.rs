@@ -13,7 +13,8 @@ use std::path::Path;
 use kiln_format::{GgmlType, GgufWriter, SafetensorsSet};
 
 use crate::ModelError;
-use crate::hf::{Transform, read_config};
+use crate::arch::{ArchDescriptor, read_hf_config};
+use crate::hf::Transform;
 
 /// Tensor names outside the blocks, in GGUF order.
 const TOP: &[&str] = &[
@@ -55,11 +56,12 @@ const BLOCK: &[&str] = &[
 /// Converts the checkpoint in `dir` to an in-memory GGUF file.
 pub fn hf_to_gguf(dir: impl AsRef<Path>) -> Result<GgufWriter, ModelError> {
     let dir = dir.as_ref();
-    let hf = read_config(dir)?;
+    let hf = read_hf_config(dir)?;
     let set = SafetensorsSet::open_dir(dir)?;
     hf.check_tensors(&set)?;
     let md = &hf.metadata;
     let arch = md.str("general.architecture")?.to_string();
+    let qk_permute = ArchDescriptor::by_gguf_name(&arch)?.qk_permute;
     let n_layer = md.u64(&format!("{arch}.block_count"))? as usize;
     let n_head = md.u64(&format!("{arch}.attention.head_count"))? as usize;
     let n_head_kv = md
@@ -91,17 +93,13 @@ pub fn hf_to_gguf(dir: impl AsRef<Path>) -> Result<GgufWriter, ModelError> {
         let ty = info
             .dtype
             .ggml_type()
-            .ok_or_else(|| ModelError::UnsupportedTensorType {
-                tensor: info.name.clone(),
-                type_id: u32::MAX,
-                type_name: info.dtype.name(),
-            })?;
+            .ok_or_else(|| ModelError::unsupported_dtype(info.name.clone(), info.dtype.name()))?;
         let elem = ty.block_bytes();
         let mut dims = info.ggml_dims();
         if dims.is_empty() {
             dims.push(1);
         }
-        let permute = arch == "llama"
+        let permute = qk_permute
             && (name.ends_with("attn_q.weight")
                 || name.ends_with("attn_q.bias")
                 || name.ends_with("attn_k.weight")

@@ -1,6 +1,6 @@
 //! Errors raised while building or running a model.
 
-use kiln_format::FormatError;
+use kiln_format::{Dtype, FormatError};
 use kiln_quant::QuantError;
 
 /// What went wrong loading or running a model, with the facts a user needs.
@@ -25,12 +25,15 @@ pub enum ModelError {
     },
     /// A tensor is stored in a type the kernels cannot compute with.
     #[error(
-        "tensor '{tensor}' has type {type_name} (id {type_id}), which Kiln cannot compute with"
+        "tensor '{tensor}' has type {type_name} (id {type_id}), which Kiln cannot compute \
+         with; supported: {}", supported.join(", ")
     )]
     UnsupportedTensorType {
         tensor: String,
         type_id: u32,
         type_name: &'static str,
+        /// The types Kiln computes with, as the tensor's source names them.
+        supported: Vec<&'static str>,
     },
     /// A metadata value is inconsistent (zero heads, head count not dividing, …).
     #[error("invalid model configuration: {0}")]
@@ -80,4 +83,38 @@ pub enum ModelError {
     /// unsupported K/V type for this model's head size).
     #[error(transparent)]
     Kv(#[from] kiln_kv::KvError),
+}
+
+impl ModelError {
+    /// A GGUF tensor stored in a type kiln-quant cannot compute with; lists the ones it can.
+    pub(crate) fn unsupported_ggml_type(
+        tensor: String,
+        type_id: u32,
+        type_name: &'static str,
+    ) -> Self {
+        ModelError::UnsupportedTensorType {
+            tensor,
+            type_id,
+            type_name,
+            supported: kiln_quant::supported_types()
+                .into_iter()
+                .map(|t| t.name())
+                .collect(),
+        }
+    }
+
+    /// A safetensors tensor of a dtype Kiln cannot compute with (`type_id` is `u32::MAX`:
+    /// safetensors dtypes have no GGML id); lists the dtypes it can.
+    pub(crate) fn unsupported_dtype(tensor: String, type_name: &'static str) -> Self {
+        ModelError::UnsupportedTensorType {
+            tensor,
+            type_id: u32::MAX,
+            type_name,
+            supported: kiln_quant::supported_types()
+                .into_iter()
+                .filter_map(|t| Dtype::ALL.into_iter().find(|d| d.ggml_type() == Some(t)))
+                .map(|d| d.name())
+                .collect(),
+        }
+    }
 }

@@ -30,10 +30,9 @@ mod spec;
 mod trace;
 mod weights;
 
-pub use arch::SUPPORTED_ARCHITECTURES;
+pub use arch::{ARCHITECTURES, ArchDescriptor, supported_architectures, supported_hf_model_types};
 pub use config::{Activation, ModelConfig, NormKind, RopeStyle, SUPPORTED_ROPE_SCALING};
 pub use error::ModelError;
-pub use hf::HF_MODEL_TYPES;
 pub use kiln_kv::{KvCache, KvError, KvStats, KvType, SeqId};
 pub use kiln_quant::quantize_types;
 pub use kv::{KvOptions, MemoryPlan};

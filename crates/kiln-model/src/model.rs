@@ -119,7 +119,7 @@ impl Model {
     pub fn from_hf_dir(dir: impl AsRef<Path>, options: &LoadOptions) -> Result<Model, ModelError> {
         check_options(options)?;
         let dir = dir.as_ref();
-        let hf = crate::hf::read_config(dir)?;
+        let hf = crate::arch::read_hf_config(dir)?;
         let set = Arc::new(kiln_format::SafetensorsSet::open_dir(dir)?);
         hf.check_tensors(&set)?;
         let store = WeightStore::safetensors(set, hf.names, hf.extra, *options);

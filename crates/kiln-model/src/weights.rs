@@ -284,6 +284,18 @@ impl WeightStore {
         }
     }
 
+    /// `f` is in a type the kernels cannot compute with.
+    fn unsupported(&self, f: &Found) -> ModelError {
+        match self.kind() {
+            SourceKind::Gguf => {
+                ModelError::unsupported_ggml_type(f.name.clone(), f.type_label.0, f.type_label.1)
+            }
+            SourceKind::Safetensors => {
+                ModelError::unsupported_dtype(f.name.clone(), f.type_label.1)
+            }
+        }
+    }
+
     fn missing(&self, name: &str) -> ModelError {
         ModelError::MissingTensor {
             name: self.source_name(name),
@@ -309,13 +321,7 @@ impl WeightStore {
         }
         let ty = match f.ty {
             Some(ty) if kiln_quant::is_supported(ty) => ty,
-            _ => {
-                return Err(ModelError::UnsupportedTensorType {
-                    tensor: f.name,
-                    type_id: f.type_label.0,
-                    type_name: f.type_label.1,
-                });
-            }
+            _ => return Err(self.unsupported(&f)),
         };
         let mut w = match f.transform {
             Transform::Transpose => {
@@ -463,14 +469,9 @@ impl WeightStore {
                 found: f.dims,
             });
         }
-        let unsupported = |f: &Found| ModelError::UnsupportedTensorType {
-            tensor: f.name.clone(),
-            type_id: f.type_label.0,
-            type_name: f.type_label.1,
-        };
-        let ty = f.ty.ok_or_else(|| unsupported(&f))?;
+        let ty = f.ty.ok_or_else(|| self.unsupported(&f))?;
         let mut out = vec![0.0f32; n];
-        kiln_quant::dequantize_row(ty, f.data, &mut out).map_err(|_| unsupported(&f))?;
+        kiln_quant::dequantize_row(ty, f.data, &mut out).map_err(|_| self.unsupported(&f))?;
         if f.transform == Transform::AddOne {
             out.iter_mut().for_each(|v| *v += 1.0);
         }
@@ -545,11 +546,7 @@ impl WeightStore {
 fn qmatrix<'a>(w: &Weight, data: &'a [u8]) -> Result<QMatrix<'a>, ModelError> {
     QMatrix::new(w.ty, w.rows, w.cols, data).map_err(|e| match e {
         kiln_quant::QuantError::UnsupportedType { type_name, type_id } => {
-            ModelError::UnsupportedTensorType {
-                tensor: w.name.clone(),
-                type_id,
-                type_name,
-            }
+            ModelError::unsupported_ggml_type(w.name.clone(), type_id, type_name)
         }
         other => ModelError::Quant(other),
     })

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use common::testdata;
 use kiln_format::{GgmlType, GgufFile, GgufWriter, SafetensorsFile, SafetensorsWriter, Value};
-use kiln_model::{LoadOptions, Model, ModelError, SUPPORTED_ARCHITECTURES};
+use kiln_model::{LoadOptions, Model, ModelError, supported_architectures};
 
 /// The tiny llama checkpoint as GGUF, rewritten: metadata overrides, tensors dropped or
 /// replaced.
@@ -63,12 +63,12 @@ fn unknown_architectures_are_refused_with_the_supported_list() {
         match &err {
             ModelError::UnsupportedArchitecture { arch: a, supported } => {
                 assert_eq!(a, arch);
-                assert_eq!(supported.as_slice(), SUPPORTED_ARCHITECTURES);
+                assert_eq!(supported, &supported_architectures());
             }
             other => panic!("{arch:?}: expected UnsupportedArchitecture, got {other}"),
         }
         let msg = err.to_string();
-        for s in SUPPORTED_ARCHITECTURES {
+        for s in supported_architectures() {
             assert!(msg.contains(s), "{msg}");
         }
     }
@@ -105,6 +105,43 @@ fn a_wrong_shape_reports_expected_and_found() {
             assert_eq!((expected, found), (vec![32, 48], vec![32, 40]));
         }
         other => panic!("expected ShapeMismatch, got {other}"),
+    }
+}
+
+#[test]
+fn a_gguf_tensor_type_the_kernels_lack_is_refused_listing_the_ones_they_have() {
+    let err = load(llama_gguf(
+        &[],
+        &[],
+        &[(
+            "blk.0.ffn_up.weight",
+            GgmlType::I32,
+            vec![32, 48],
+            vec![0; 32 * 48 * 4],
+        )],
+    ));
+    let kernels: Vec<&str> = kiln_quant::supported_types()
+        .into_iter()
+        .map(|t| t.name())
+        .collect();
+    match &err {
+        ModelError::UnsupportedTensorType {
+            tensor,
+            type_name,
+            supported,
+            ..
+        } => {
+            assert_eq!(
+                (tensor.as_str(), *type_name),
+                ("blk.0.ffn_up.weight", "I32")
+            );
+            assert_eq!(supported, &kernels);
+        }
+        other => panic!("expected UnsupportedTensorType, got {other}"),
+    }
+    let msg = err.to_string();
+    for t in kernels {
+        assert!(msg.contains(t), "{msg}");
     }
 }
 
@@ -183,8 +220,9 @@ fn a_tensor_in_a_type_kiln_cannot_compute_with_is_named_with_its_dtype() {
     });
     let err = Model::open(tmp.path()).err().expect("refused");
     assert!(
-        matches!(&err, ModelError::UnsupportedTensorType { tensor, type_name, .. }
-            if tensor == "model.layers.0.mlp.up_proj.weight" && *type_name == "I32"),
+        matches!(&err, ModelError::UnsupportedTensorType { tensor, type_name, supported, .. }
+            if tensor == "model.layers.0.mlp.up_proj.weight" && *type_name == "I32"
+                && supported == &["F32", "F16", "BF16"]),
         "{err}"
     );
 }
@@ -203,7 +241,7 @@ fn an_unknown_model_type_lists_the_supported_model_types() {
         matches!(err, ModelError::UnsupportedArchitecture { .. }),
         "{msg}"
     );
-    for (t, _) in kiln_model::HF_MODEL_TYPES {
+    for t in kiln_model::supported_hf_model_types() {
         assert!(msg.contains(t), "{msg}");
     }
 }

@@ -10,21 +10,37 @@
 
 use kiln_format::Metadata;
 
-use super::{BlockTensors, bind_head, bind_layers, spec};
+use super::ArchDescriptor;
+use super::bind::{BlockTensors, bind_head, bind_layers, spec};
 use crate::ModelError;
 use crate::config::{Activation, RopeStyle, arch_opt_usize, common_config};
+use crate::hf::{ArchKeys, HfArch, HfConfig};
 use crate::spec::ModelSpec;
 use crate::weights::{SourceKind, WeightStore};
 
-pub(crate) fn build(md: &Metadata, store: &WeightStore) -> Result<ModelSpec, ModelError> {
+const NAME: &str = "llama";
+
+pub(crate) static LLAMA: ArchDescriptor = ArchDescriptor {
+    gguf_name: NAME,
+    hf_model_types: &["llama", "mistral"],
+    qk_permute: true,
+    gguf_export: true,
+    build,
+    hf: HfArch {
+        config: hf_config,
+        ..HfArch::LLAMA
+    },
+};
+
+fn build(md: &Metadata, store: &WeightStore) -> Result<ModelSpec, ModelError> {
     let style = match store.kind() {
         SourceKind::Gguf => RopeStyle::Normal,
         SourceKind::Safetensors => RopeStyle::Neox,
     };
-    let cfg = common_config(md, "llama", style, Activation::Silu)?;
+    let cfg = common_config(md, NAME, style, Activation::Silu)?;
     cfg.validate()?;
     let mut layers = bind_layers(store, &cfg, &BlockTensors::LLAMA)?;
-    if let Some(w) = arch_opt_usize(md, "llama", "attention.sliding_window")? {
+    if let Some(w) = arch_opt_usize(md, NAME, "attention.sliding_window")? {
         layers.iter_mut().for_each(|l| l.sliding_window = Some(w));
     }
     let head = bind_head(store, &cfg, false, false)?;
@@ -32,4 +48,17 @@ pub(crate) fn build(md: &Metadata, store: &WeightStore) -> Result<ModelSpec, Mod
     let mut s = spec(cfg, head, layers);
     s.rope_freqs = rope_freqs;
     Ok(s)
+}
+
+/// Refuses MLP biases; Mistral's `sliding_window` applies to every layer.
+fn hf_config(c: &HfConfig<'_>, keys: &mut ArchKeys<'_>) -> Result<(), ModelError> {
+    if c.opt_bool("mlp_bias")? == Some(true) {
+        return Err(c.err("mlp_bias", "biases on the MLP are not supported"));
+    }
+    if c.model_type()? == "mistral"
+        && let Some(w) = c.opt_usize(&["sliding_window"])?
+    {
+        keys.set("attention.sliding_window", w as u64);
+    }
+    Ok(())
 }

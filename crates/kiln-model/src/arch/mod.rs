@@ -1,7 +1,14 @@
-//! One module per architecture: each reads its configuration from metadata and names its
-//! tensors; the compute itself is shared ([`crate::model`]). Tensors are named the GGUF way
-//! whatever the source ([`crate::weights`] maps Hugging Face names).
+//! One module per architecture, each exporting one [`ArchDescriptor`] that holds everything
+//! Kiln knows about it: its GGUF and Hugging Face names, the builder that reads its
+//! configuration from metadata and binds its tensors, how a checkpoint's `config.json` and
+//! tensor names translate, and what conversion to GGUF does to it. [`ARCHITECTURES`] lists
+//! them; every list of supported names is derived from it, and a name that is not in it is
+//! an [`ModelError::UnsupportedArchitecture`], never a fallback to a similar architecture.
+//!
+//! The compute is shared ([`crate::model`]); tensors are named the GGUF way whatever the
+//! source ([`crate::weights`] maps Hugging Face names through the descriptor).
 
+mod bind;
 mod gemma2;
 mod gemma3;
 mod gpt2;
@@ -11,316 +18,112 @@ mod phi3;
 mod qwen2;
 mod qwen3;
 
+#[cfg(test)]
+mod hf_tests;
+#[cfg(test)]
+mod tests;
+
+use std::path::Path;
+
 use kiln_format::Metadata;
 
-use crate::blocks::Norm;
-use crate::spec::{LayerSpec, ModelSpec};
-use crate::weights::{Weight, WeightStore};
-use crate::{ModelConfig, ModelError};
+use crate::ModelError;
+use crate::hf::{ConfigJson, HfArch, HfModel};
+use crate::spec::ModelSpec;
+use crate::weights::WeightStore;
 
-/// The architectures Kiln implements, by their `general.architecture` name.
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
-    "llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi2", "phi3", "gpt2",
+/// Reads an architecture's configuration from (GGUF-keyed) metadata and binds its tensors.
+pub(crate) type BuildFn = fn(&Metadata, &WeightStore) -> Result<ModelSpec, ModelError>;
+
+/// Everything about one architecture. Each `arch/<name>.rs` defines one, and
+/// [`ARCHITECTURES`] lists them.
+#[derive(Debug)]
+pub struct ArchDescriptor {
+    /// GGUF `general.architecture`, also the prefix of the architecture's metadata keys.
+    pub gguf_name: &'static str,
+    /// The `model_type`s of a Hugging Face `config.json` loaded as this architecture.
+    pub hf_model_types: &'static [&'static str],
+    /// Whether a checkpoint converted to GGUF has its Q/K rows permuted from rotate-half to
+    /// adjacent pairs, as llama.cpp's converter does for the llama family (whose GGUF files
+    /// then run with adjacent-pair RoPE).
+    pub qk_permute: bool,
+    /// Whether `kiln quantize` writes a checkpoint of this architecture as a GGUF file: its
+    /// converted layout (names, metadata keys, permutations) has been checked to load and
+    /// generate in llama.cpp.
+    pub gguf_export: bool,
+    /// Reads the configuration from metadata and binds the tensors.
+    pub(crate) build: BuildFn,
+    /// How a Hugging Face checkpoint of this architecture translates.
+    pub(crate) hf: HfArch,
+}
+
+/// Every architecture Kiln implements. Error messages, conversion and the documentation
+/// tests all derive their lists from this one.
+pub static ARCHITECTURES: &[&ArchDescriptor] = &[
+    &llama::LLAMA,
+    &qwen2::QWEN2,
+    &qwen3::QWEN3,
+    &gemma2::GEMMA2,
+    &gemma3::GEMMA3,
+    &phi2::PHI2,
+    &phi3::PHI3,
+    &gpt2::GPT2,
 ];
 
-/// Builds the configuration and tensor bindings for the file's architecture.
-pub(crate) fn build(md: &Metadata, store: &WeightStore) -> Result<ModelSpec, ModelError> {
-    let arch = md.str("general.architecture")?;
-    match arch {
-        "llama" => llama::build(md, store),
-        "qwen2" => qwen2::build(md, store),
-        "qwen3" => qwen3::build(md, store),
-        "gemma2" => gemma2::build(md, store),
-        "gemma3" => gemma3::build(md, store),
-        "phi2" => phi2::build(md, store),
-        "phi3" => phi3::build(md, store),
-        "gpt2" => gpt2::build(md, store),
-        other => Err(ModelError::UnsupportedArchitecture {
-            arch: other.to_string(),
-            supported: SUPPORTED_ARCHITECTURES.to_vec(),
-        }),
+impl ArchDescriptor {
+    /// The architecture whose GGUF `general.architecture` is `name`.
+    pub fn by_gguf_name(name: &str) -> Result<&'static ArchDescriptor, ModelError> {
+        ARCHITECTURES
+            .iter()
+            .copied()
+            .find(|a| a.gguf_name == name)
+            .ok_or_else(|| ModelError::UnsupportedArchitecture {
+                arch: name.to_string(),
+                supported: supported_architectures(),
+            })
+    }
+
+    /// The architecture a Hugging Face `config.json` with this `model_type` loads as.
+    pub fn by_hf_model_type(model_type: &str) -> Result<&'static ArchDescriptor, ModelError> {
+        ARCHITECTURES
+            .iter()
+            .copied()
+            .find(|a| a.hf_model_types.contains(&model_type))
+            .ok_or_else(|| ModelError::UnsupportedArchitecture {
+                arch: model_type.to_string(),
+                supported: supported_hf_model_types(),
+            })
     }
 }
 
-/// Whether a block's optional tensors are required, allowed, or absent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Want {
-    /// The architecture does not have them.
-    No,
-    /// Bound when the file has them (llama GGUFs may carry attention biases).
-    IfPresent,
-    /// Required.
-    Yes,
+/// The GGUF `general.architecture` names Kiln implements, in [`ARCHITECTURES`] order.
+pub fn supported_architectures() -> Vec<&'static str> {
+    ARCHITECTURES.iter().map(|a| a.gguf_name).collect()
 }
 
-/// How a block's Q, K and V projections are stored.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Qkv {
-    /// `attn_q`, `attn_k`, `attn_v`.
-    Separate,
-    /// One `attn_qkv` of `q_dim + k_dim + v_dim` rows when present, else separate (phi-2,
-    /// phi-3 GGUFs come both ways).
-    FusedOrSeparate,
-}
-
-/// How a block's feed-forward is stored.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Ffn {
-    /// `ffn_gate`, `ffn_up`, `ffn_down`; without `ffn_gate`, `ffn_up` holds gate and up
-    /// stacked (`2·n_ff` rows, gate first: phi-3).
-    Gated,
-    /// `ffn_up`, `ffn_down` with the activation between (phi-2, GPT-2).
-    Plain,
-}
-
-/// What a block looks like: which tensors exist beyond the llama core.
-pub(crate) struct BlockTensors {
-    pub qkv: Qkv,
-    /// Biases of Q, K, V (and of a fused QKV).
-    pub qkv_bias: Want,
-    /// Bias of the attention output projection.
-    pub out_bias: Want,
-    /// Per-head RMSNorm of Q and K (qwen3, gemma3).
-    pub qk_norm: bool,
-    /// RMSNorm after attention and after the FFN (gemma).
-    pub post_norms: bool,
-    /// LayerNorm biases (phi-2, GPT-2).
-    pub norm_bias: bool,
-    pub ffn: Ffn,
-    /// Biases of the FFN projections (phi-2, GPT-2).
-    pub ffn_bias: bool,
-    /// Whether the FFN has its own pre-norm (false: parallel blocks reuse the attention
-    /// norm, phi-2).
-    pub ffn_norm: bool,
-}
-
-impl BlockTensors {
-    /// The llama block: separate Q/K/V, no biases, gated FFN, RMSNorms.
-    pub const LLAMA: BlockTensors = BlockTensors {
-        qkv: Qkv::Separate,
-        qkv_bias: Want::IfPresent,
-        out_bias: Want::IfPresent,
-        qk_norm: false,
-        post_norms: false,
-        norm_bias: false,
-        ffn: Ffn::Gated,
-        ffn_bias: false,
-        ffn_norm: true,
-    };
-}
-
-fn want_vector(
-    store: &WeightStore,
-    want: Want,
-    name: &str,
-    n: usize,
-) -> Result<Option<Vec<f32>>, ModelError> {
-    match want {
-        Want::No => Ok(None),
-        Want::IfPresent => store.opt_vector(name, n),
-        Want::Yes => store.vector(name, n).map(Some),
-    }
-}
-
-fn norm(store: &WeightStore, name: &str, n: usize, bias: bool) -> Result<Norm, ModelError> {
-    let weight = store.vector(&format!("{name}.weight"), n)?;
-    let bias = if bias {
-        Some(store.vector(&format!("{name}.bias"), n)?)
-    } else {
-        None
-    };
-    Ok(Norm { weight, bias })
-}
-
-/// Splits a fused bias vector into consecutive parts of the given lengths.
-fn split_vec(v: Vec<f32>, lens: [usize; 3]) -> [Vec<f32>; 3] {
-    let (a, rest) = v.split_at(lens[0]);
-    let (b, c) = rest.split_at(lens[1]);
-    [a.to_vec(), b.to_vec(), c.to_vec()]
-}
-
-pub(crate) fn bind_layer(
-    store: &WeightStore,
-    cfg: &ModelConfig,
-    il: usize,
-    opts: &BlockTensors,
-) -> Result<LayerSpec, ModelError> {
-    let n = |s: &str| format!("blk.{il}.{s}");
-    let (d, qd, kd, vd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.k_dim(), cfg.v_dim(), cfg.n_ff);
-    let vec_if = |cond: bool, name: String, len: usize| -> Result<Option<Vec<f32>>, ModelError> {
-        if cond {
-            store.vector(&name, len).map(Some)
-        } else {
-            Ok(None)
-        }
-    };
-
-    // Attention projections, fused or separate.
-    let fused = opts.qkv == Qkv::FusedOrSeparate && store.has(&n("attn_qkv.weight"));
-    let (wq, wk, wv, bq, bk, bv) = if fused {
-        let wqkv = store.matrix(&n("attn_qkv.weight"), d, qd + kd + vd)?;
-        let bias = want_vector(store, opts.qkv_bias, &n("attn_qkv.bias"), qd + kd + vd)?;
-        let (bq, bk, bv) = match bias {
-            Some(b) => {
-                let [q, k, v] = split_vec(b, [qd, kd, vd]);
-                (Some(q), Some(k), Some(v))
-            }
-            None => (None, None, None),
-        };
-        (
-            wqkv.rows(0, qd)?,
-            wqkv.rows(qd, kd)?,
-            wqkv.rows(qd + kd, vd)?,
-            bq,
-            bk,
-            bv,
-        )
-    } else {
-        (
-            store.matrix(&n("attn_q.weight"), d, qd)?,
-            store.matrix(&n("attn_k.weight"), d, kd)?,
-            store.matrix(&n("attn_v.weight"), d, vd)?,
-            want_vector(store, opts.qkv_bias, &n("attn_q.bias"), qd)?,
-            want_vector(store, opts.qkv_bias, &n("attn_k.bias"), kd)?,
-            want_vector(store, opts.qkv_bias, &n("attn_v.bias"), vd)?,
-        )
-    };
-
-    // Feed-forward projections.
-    let (w_gate, w_up) = match opts.ffn {
-        Ffn::Plain => (None, store.matrix(&n("ffn_up.weight"), d, ff)?),
-        Ffn::Gated if store.has(&n("ffn_gate.weight")) => (
-            Some(store.matrix(&n("ffn_gate.weight"), d, ff)?),
-            store.matrix(&n("ffn_up.weight"), d, ff)?,
-        ),
-        Ffn::Gated => {
-            let fused = store.matrix(&n("ffn_up.weight"), d, 2 * ff)?;
-            (Some(fused.rows(0, ff)?), fused.rows(ff, ff)?)
-        }
-    };
-
-    let hv = cfg.n_head * cfg.head_dim_v;
-    Ok(LayerSpec {
-        attn_norm: norm(store, &n("attn_norm"), d, opts.norm_bias)?,
-        wq,
-        wk,
-        wv,
-        bq,
-        bk,
-        bv,
-        q_norm: vec_if(opts.qk_norm, n("attn_q_norm.weight"), cfg.head_dim)?,
-        k_norm: vec_if(opts.qk_norm, n("attn_k_norm.weight"), cfg.head_dim)?,
-        wo: store.matrix(&n("attn_output.weight"), hv, d)?,
-        bo: want_vector(store, opts.out_bias, &n("attn_output.bias"), d)?,
-        post_attn_norm: vec_if(opts.post_norms, n("post_attention_norm.weight"), d)?,
-        ffn_norm: if opts.ffn_norm {
-            Some(norm(store, &n("ffn_norm"), d, opts.norm_bias)?)
-        } else {
-            None
-        },
-        w_gate,
-        w_up,
-        b_up: vec_if(opts.ffn_bias, n("ffn_up.bias"), ff)?,
-        w_down: store.matrix(&n("ffn_down.weight"), ff, d)?,
-        b_down: vec_if(opts.ffn_bias, n("ffn_down.bias"), d)?,
-        post_ffn_norm: vec_if(opts.post_norms, n("post_ffw_norm.weight"), d)?,
-        sliding_window: None,
-        rope_base: cfg.rope_base,
-    })
-}
-
-/// The output side of a model: final norm, head (tied to the embedding when
-/// `output.weight` is absent) and its optional bias.
-pub(crate) struct Head {
-    pub tok_embd: Weight,
-    pub output_norm: Norm,
-    pub output: Weight,
-    pub output_bias: Option<Vec<f32>>,
-}
-
-pub(crate) fn bind_head(
-    store: &WeightStore,
-    cfg: &ModelConfig,
-    norm_bias: bool,
-    output_bias: bool,
-) -> Result<Head, ModelError> {
-    let tok_embd = store.matrix("token_embd.weight", cfg.n_embd, cfg.vocab_size)?;
-    let output_norm = norm(store, "output_norm", cfg.n_embd, norm_bias)?;
-    let output = match store.opt_matrix("output.weight", cfg.n_embd, cfg.vocab_size)? {
-        Some(w) => w,
-        None => tok_embd.clone(),
-    };
-    let output_bias = if output_bias {
-        Some(store.vector("output.bias", cfg.vocab_size)?)
-    } else {
-        None
-    };
-    Ok(Head {
-        tok_embd,
-        output_norm,
-        output,
-        output_bias,
-    })
-}
-
-/// Binds every layer with the same block description.
-pub(crate) fn bind_layers(
-    store: &WeightStore,
-    cfg: &ModelConfig,
-    opts: &BlockTensors,
-) -> Result<Vec<LayerSpec>, ModelError> {
-    (0..cfg.n_layer)
-        .map(|il| bind_layer(store, cfg, il, opts))
+/// The Hugging Face `model_type`s Kiln loads, in [`ARCHITECTURES`] order.
+pub fn supported_hf_model_types() -> Vec<&'static str> {
+    ARCHITECTURES
+        .iter()
+        .flat_map(|a| a.hf_model_types.iter().copied())
         .collect()
 }
 
-/// A model spec with the defaults most architectures share (no embedding scale, no
-/// learned positions, no RoPE factors).
-pub(crate) fn spec(cfg: ModelConfig, head: Head, layers: Vec<LayerSpec>) -> ModelSpec {
-    ModelSpec {
-        cfg,
-        tok_embd: head.tok_embd,
-        pos_embd: None,
-        output_norm: head.output_norm,
-        output: head.output,
-        output_bias: head.output_bias,
-        layers,
-        embed_scale: None,
-        rope_freqs: None,
-    }
+/// Reads a Hugging Face directory's `config.json` as the architecture its `model_type`
+/// names.
+pub(crate) fn read_hf_config(dir: &Path) -> Result<HfModel, ModelError> {
+    translate_hf(&crate::hf::read_config(dir)?)
 }
 
-/// Which layers use sliding-window attention: `{arch}.attention.sliding_window_pattern`
-/// as a per-layer bool array, or as a period `p` (layer `i` slides when `i % p < p - 1`),
-/// else `default_period`.
-pub(crate) fn swa_layers(
-    md: &Metadata,
-    arch: &str,
-    n_layer: usize,
-    default_period: usize,
-) -> Result<Vec<bool>, ModelError> {
-    let key = format!("{arch}.attention.sliding_window_pattern");
-    let period = match md.get(&key) {
-        Some(kiln_format::Value::Array(kiln_format::Array::Bool(v))) => {
-            if v.len() != n_layer {
-                return Err(ModelError::InvalidConfig(format!(
-                    "{key} lists {} layers, the model has {n_layer}",
-                    v.len()
-                )));
-            }
-            return Ok(v.clone());
-        }
-        Some(_) => md.u64(&key)? as usize,
-        None => default_period,
-    };
-    if period == 0 {
-        return Err(ModelError::InvalidConfig(format!("{key} is zero")));
-    }
-    Ok((0..n_layer).map(|il| il % period < period - 1).collect())
+/// Translates a `config.json` as the architecture its `model_type` names.
+pub(crate) fn translate_hf(json: &ConfigJson) -> Result<HfModel, ModelError> {
+    let c = json.config();
+    let arch = ArchDescriptor::by_hf_model_type(c.model_type()?)?;
+    c.translate(arch.gguf_name, &arch.hf)
 }
 
-/// `{arch}.attention.scale` when present, else `1/sqrt(dim)`.
-pub(crate) fn attn_scale(md: &Metadata, arch: &str, dim: usize) -> Result<f32, ModelError> {
-    Ok(crate::config::arch_opt_f32(md, arch, "attention.scale")?
-        .unwrap_or(1.0 / (dim as f32).sqrt()))
+/// Builds the configuration and tensor bindings for the file's architecture.
+pub(crate) fn build(md: &Metadata, store: &WeightStore) -> Result<ModelSpec, ModelError> {
+    let arch = ArchDescriptor::by_gguf_name(md.str("general.architecture")?)?;
+    (arch.build)(md, store)
 }

@@ -6,14 +6,31 @@
 
 use kiln_format::Metadata;
 
-use super::{BlockTensors, Qkv, Want, bind_head, bind_layers, spec};
+use super::ArchDescriptor;
+use super::bind::{BlockTensors, Qkv, Want, uniform_spec};
 use crate::ModelError;
 use crate::config::{Activation, RopeStyle, SUPPORTED_ROPE_SCALING, common_config};
+use crate::hf::{HfArch, names};
 use crate::spec::ModelSpec;
 use crate::weights::WeightStore;
 
-pub(crate) fn build(md: &Metadata, store: &WeightStore) -> Result<ModelSpec, ModelError> {
-    let cfg = common_config(md, "phi3", RopeStyle::Neox, Activation::Silu)?;
+const NAME: &str = "phi3";
+
+pub(crate) static PHI3: ArchDescriptor = ArchDescriptor {
+    gguf_name: NAME,
+    hf_model_types: &["phi3"],
+    qk_permute: false,
+    gguf_export: false,
+    build,
+    hf: HfArch {
+        // Checkpoints fuse gate and up into one `gate_up_proj`.
+        tensor: names::llama_fused_gate_up,
+        ..HfArch::LLAMA
+    },
+};
+
+fn build(md: &Metadata, store: &WeightStore) -> Result<ModelSpec, ModelError> {
+    let cfg = common_config(md, NAME, RopeStyle::Neox, Activation::Silu)?;
     cfg.validate()?;
     if store.has("rope_factors_long.weight") || store.has("rope_factors_short.weight") {
         return Err(ModelError::UnsupportedRopeScaling {
@@ -27,7 +44,5 @@ pub(crate) fn build(md: &Metadata, store: &WeightStore) -> Result<ModelSpec, Mod
         out_bias: Want::No,
         ..BlockTensors::LLAMA
     };
-    let layers = bind_layers(store, &cfg, &opts)?;
-    let head = bind_head(store, &cfg, false, false)?;
-    Ok(spec(cfg, head, layers))
+    uniform_spec(store, cfg, &opts, false)
 }

@@ -5,22 +5,32 @@
 
 use kiln_format::Metadata;
 
-use super::{BlockTensors, Want, bind_head, bind_layers, spec};
+use super::ArchDescriptor;
+use super::bind::{BlockTensors, Want, uniform_spec};
 use crate::ModelError;
 use crate::config::{Activation, RopeStyle, common_config};
+use crate::hf::HfArch;
 use crate::spec::ModelSpec;
 use crate::weights::WeightStore;
 
-pub(crate) fn build(md: &Metadata, store: &WeightStore) -> Result<ModelSpec, ModelError> {
-    let cfg = common_config(md, "qwen3", RopeStyle::Neox, Activation::Silu)?;
-    cfg.validate()?;
+const NAME: &str = "qwen3";
+
+pub(crate) static QWEN3: ArchDescriptor = ArchDescriptor {
+    gguf_name: NAME,
+    hf_model_types: &["qwen3"],
+    qk_permute: false,
+    gguf_export: false,
+    build,
+    hf: HfArch::LLAMA,
+};
+
+fn build(md: &Metadata, store: &WeightStore) -> Result<ModelSpec, ModelError> {
+    let cfg = common_config(md, NAME, RopeStyle::Neox, Activation::Silu)?;
     let opts = BlockTensors {
         qkv_bias: Want::No,
         out_bias: Want::No,
         qk_norm: true,
         ..BlockTensors::LLAMA
     };
-    let layers = bind_layers(store, &cfg, &opts)?;
-    let head = bind_head(store, &cfg, false, false)?;
-    Ok(spec(cfg, head, layers))
+    uniform_spec(store, cfg, &opts, false)
 }

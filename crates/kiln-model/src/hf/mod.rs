@@ -1,9 +1,10 @@
 //! Hugging Face model directories: `config.json` translated into the GGUF metadata keys the
 //! architecture modules read (as llama.cpp's converter would write them), and the tensor
 //! name map ([`names`]). One reader for every architecture keeps the modules agnostic of
-//! the source.
+//! the source; what differs between architectures is data in their descriptors
+//! ([`HfArch`]) and, for keys only one architecture has, its [`HfArch::config`] hook.
 
-mod names;
+pub(crate) mod names;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -11,23 +12,83 @@ use std::path::{Path, PathBuf};
 use kiln_format::{Metadata, SafetensorsSet};
 use serde_json::{Map, Value};
 
-pub(crate) use names::{Family, HfNames, Transform};
+pub(crate) use names::{HfNames, Transform};
 
 use crate::ModelError;
 use crate::blocks::llama3_rope_factors;
+use crate::config::NormKind;
 
-/// The `model_type`s of `config.json` Kiln loads, and the architecture each becomes.
-pub const HF_MODEL_TYPES: &[(&str, &str)] = &[
-    ("llama", "llama"),
-    ("mistral", "llama"),
-    ("qwen2", "qwen2"),
-    ("qwen3", "qwen3"),
-    ("gemma2", "gemma2"),
-    ("gemma3_text", "gemma3"),
-    ("phi3", "phi3"),
-    ("phi", "phi2"),
-    ("gpt2", "gpt2"),
-];
+/// How one architecture's checkpoints translate: the parts of `config.json` every
+/// architecture has but reads differently, its tensor names, and a hook for the keys only
+/// it has.
+#[derive(Debug)]
+pub(crate) struct HfArch {
+    /// Which epsilon is read: `rms_norm_eps` (default 1e-6) for RMSNorm,
+    /// `layer_norm_eps`/`layer_norm_epsilon` (default 1e-5) for LayerNorm.
+    pub norm: NormKind,
+    /// The keys naming the activation, first present wins.
+    pub activation_keys: &'static [&'static str],
+    /// The activations the architecture computes; any other is refused.
+    pub activations: &'static [&'static str],
+    pub positions: Positions,
+    /// `intermediate_size` when the config omits it, as a multiple of `hidden_size`
+    /// (`None`: required).
+    pub ff_default_mult: Option<usize>,
+    /// `tie_word_embeddings` when the config omits it.
+    pub tied_default: bool,
+    /// The tensor-name table.
+    pub tensor: names::TensorNames,
+    /// Reads what only this architecture has (or refuses what it cannot run), after the
+    /// common keys and RoPE.
+    pub config: ConfigHook,
+}
+
+/// See [`HfArch::config`].
+pub(crate) type ConfigHook = fn(&HfConfig<'_>, &mut ArchKeys<'_>) -> Result<(), ModelError>;
+
+/// How positions enter the model.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Positions {
+    /// RoPE, over `partial_rotary_factor` of each head (this default when the config has
+    /// none).
+    Rope { default_partial: f32 },
+    /// A learned position embedding (GPT-2); no RoPE keys are read.
+    Learned,
+}
+
+impl HfArch {
+    /// A llama checkpoint: RMSNorm, SiLU, RoPE over the whole head, an untied head unless
+    /// the config says otherwise, llama tensor names, nothing else to read.
+    pub const LLAMA: HfArch = HfArch {
+        norm: NormKind::Rms,
+        activation_keys: &["hidden_act"],
+        activations: &["silu"],
+        positions: Positions::Rope {
+            default_partial: 1.0,
+        },
+        ff_default_mult: None,
+        tied_default: false,
+        tensor: names::llama,
+        config: no_more_keys,
+    };
+}
+
+/// The [`HfArch::config`] of an architecture with nothing of its own.
+pub(crate) fn no_more_keys(_: &HfConfig<'_>, _: &mut ArchKeys<'_>) -> Result<(), ModelError> {
+    Ok(())
+}
+
+/// Writes `{arch}.{key}` metadata values.
+pub(crate) struct ArchKeys<'m> {
+    md: &'m mut Metadata,
+    arch: &'static str,
+}
+
+impl ArchKeys<'_> {
+    pub fn set(&mut self, key: &str, v: impl Into<kiln_format::Value>) {
+        self.md.set(format!("{}.{key}", self.arch), v.into());
+    }
+}
 
 /// Largest `config.json` read.
 const MAX_CONFIG_LEN: u64 = 4 << 20;
@@ -58,8 +119,25 @@ impl HfModel {
     }
 }
 
+/// A parsed `config.json` and where it came from. Which architecture it is, and so how it
+/// translates, is the caller's to decide (`crate::arch::translate_hf`).
+pub(crate) struct ConfigJson {
+    obj: Map<String, Value>,
+    path: PathBuf,
+}
+
+impl ConfigJson {
+    /// Readers over the values, naming the file in their errors.
+    pub fn config(&self) -> HfConfig<'_> {
+        HfConfig {
+            json: &self.obj,
+            path: self.path.clone(),
+        }
+    }
+}
+
 /// Reads `dir/config.json`.
-pub(crate) fn read_config(dir: &Path) -> Result<HfModel, ModelError> {
+pub(crate) fn read_config(dir: &Path) -> Result<ConfigJson, ModelError> {
     let path = dir.join("config.json");
     let io = |source| kiln_format::FormatError::Io {
         path: path.clone(),
@@ -77,11 +155,11 @@ pub(crate) fn read_config(dir: &Path) -> Result<HfModel, ModelError> {
         });
     }
     let text = std::fs::read_to_string(&path).map_err(io)?;
-    from_config_json(&text, &path)
+    parse_config(&text, &path)
 }
 
-/// Translates the text of a `config.json`; `path` names it in errors.
-pub(crate) fn from_config_json(text: &str, path: &Path) -> Result<HfModel, ModelError> {
+/// Parses the text of a `config.json`; `path` names it in errors.
+pub(crate) fn parse_config(text: &str, path: &Path) -> Result<ConfigJson, ModelError> {
     let json: Value = serde_json::from_str(text).map_err(|e| ModelError::HfConfig {
         path: path.to_path_buf(),
         field: "config.json".into(),
@@ -94,28 +172,29 @@ pub(crate) fn from_config_json(text: &str, path: &Path) -> Result<HfModel, Model
             reason: "not a JSON object".into(),
         });
     };
-    Cfg {
-        json: &obj,
+    Ok(ConfigJson {
+        obj,
         path: path.to_path_buf(),
-    }
-    .translate()
+    })
 }
 
-struct Cfg<'a> {
+/// A parsed `config.json`, with readers that name the field in their errors.
+pub(crate) struct HfConfig<'a> {
     json: &'a Map<String, Value>,
     path: PathBuf,
 }
 
 /// RoPE settings from `rope_parameters` (transformers ≥ 5) or `rope_theta`/`rope_scaling`.
-struct Rope<'a> {
-    theta: Option<f32>,
+pub(crate) struct Rope<'a> {
+    pub theta: Option<f32>,
     kind: Option<String>,
     params: Option<&'a Map<String, Value>>,
     partial: Option<f32>,
 }
 
-impl<'a> Cfg<'a> {
-    fn err(&self, field: &str, reason: impl Into<String>) -> ModelError {
+impl<'a> HfConfig<'a> {
+    /// An error naming `field` of this file.
+    pub fn err(&self, field: &str, reason: impl Into<String>) -> ModelError {
         ModelError::HfConfig {
             path: self.path.clone(),
             field: field.into(),
@@ -124,14 +203,14 @@ impl<'a> Cfg<'a> {
     }
 
     /// The first of `keys` present with a non-null value.
-    fn get<'k>(&self, keys: &[&'k str]) -> Option<(&'k str, &'a Value)> {
+    pub fn get<'k>(&self, keys: &[&'k str]) -> Option<(&'k str, &'a Value)> {
         keys.iter().find_map(|&k| match self.json.get(k) {
             Some(Value::Null) | None => None,
             Some(v) => Some((k, v)),
         })
     }
 
-    fn opt_usize(&self, keys: &[&str]) -> Result<Option<usize>, ModelError> {
+    pub fn opt_usize(&self, keys: &[&str]) -> Result<Option<usize>, ModelError> {
         match self.get(keys) {
             None => Ok(None),
             Some((k, v)) => v
@@ -141,12 +220,12 @@ impl<'a> Cfg<'a> {
         }
     }
 
-    fn usize(&self, keys: &[&str]) -> Result<usize, ModelError> {
+    pub fn usize(&self, keys: &[&str]) -> Result<usize, ModelError> {
         self.opt_usize(keys)?
             .ok_or_else(|| self.err(keys[0], "missing"))
     }
 
-    fn opt_f32(&self, keys: &[&str]) -> Result<Option<f32>, ModelError> {
+    pub fn opt_f32(&self, keys: &[&str]) -> Result<Option<f32>, ModelError> {
         match self.get(keys) {
             None => Ok(None),
             Some((k, v)) => v
@@ -156,7 +235,7 @@ impl<'a> Cfg<'a> {
         }
     }
 
-    fn opt_str(&self, keys: &[&str]) -> Result<Option<&'a str>, ModelError> {
+    pub fn opt_str(&self, keys: &[&str]) -> Result<Option<&'a str>, ModelError> {
         match self.get(keys) {
             None => Ok(None),
             Some((k, v)) => v
@@ -166,7 +245,7 @@ impl<'a> Cfg<'a> {
         }
     }
 
-    fn opt_bool(&self, key: &str) -> Result<Option<bool>, ModelError> {
+    pub fn opt_bool(&self, key: &str) -> Result<Option<bool>, ModelError> {
         match self.get(&[key]) {
             None => Ok(None),
             Some((k, v)) => v
@@ -178,7 +257,7 @@ impl<'a> Cfg<'a> {
 
     /// The RoPE settings, for one layer type when `rope_parameters` is keyed by layer type
     /// (Gemma 3: `full_attention`, `sliding_attention`).
-    fn rope(&self, layer_type: Option<&str>) -> Result<Rope<'a>, ModelError> {
+    pub fn rope(&self, layer_type: Option<&str>) -> Result<Rope<'a>, ModelError> {
         let mut params = match self.json.get("rope_parameters") {
             Some(Value::Object(m)) => Some(m),
             Some(Value::Null) | None => None,
@@ -223,19 +302,18 @@ impl<'a> Cfg<'a> {
         })
     }
 
-    fn translate(&self) -> Result<HfModel, ModelError> {
-        let model_type = self
-            .opt_str(&["model_type"])?
-            .ok_or_else(|| self.err("model_type", "missing"))?;
-        let Some(&(_, arch)) = HF_MODEL_TYPES.iter().find(|(t, _)| *t == model_type) else {
-            return Err(ModelError::UnsupportedArchitecture {
-                arch: model_type.to_string(),
-                supported: HF_MODEL_TYPES.iter().map(|(t, _)| *t).collect(),
-            });
-        };
+    /// `model_type`.
+    pub fn model_type(&self) -> Result<&'a str, ModelError> {
+        self.opt_str(&["model_type"])?
+            .ok_or_else(|| self.err("model_type", "missing"))
+    }
+
+    /// The configuration as the GGUF metadata keys of architecture `arch`, translated as
+    /// `hf` says.
+    pub fn translate(&self, arch: &'static str, hf: &HfArch) -> Result<HfModel, ModelError> {
         let mut md = Metadata::new();
         let mut extra = HashMap::new();
-        let mut set = |key: &str, v: kiln_format::Value| md.set(format!("{arch}.{key}"), v);
+        let mut keys = ArchKeys { md: &mut md, arch };
 
         let n_embd = self.usize(&["hidden_size", "n_embd"])?;
         let n_head = self.usize(&["num_attention_heads", "n_head"])?;
@@ -244,55 +322,53 @@ impl<'a> Cfg<'a> {
         }
         let head_dim = self.opt_usize(&["head_dim"])?;
         let hd = head_dim.unwrap_or(n_embd / n_head);
-        set("embedding_length", (n_embd as u64).into());
-        set("attention.head_count", (n_head as u64).into());
-        set(
+        keys.set("embedding_length", n_embd as u64);
+        keys.set("attention.head_count", n_head as u64);
+        keys.set(
             "block_count",
-            (self.usize(&["num_hidden_layers", "n_layer"])? as u64).into(),
+            self.usize(&["num_hidden_layers", "n_layer"])? as u64,
         );
         let n_ff = match self.opt_usize(&["intermediate_size", "n_inner"])? {
             Some(f) => f,
-            None if arch == "gpt2" => 4 * n_embd,
-            None => return Err(self.err("intermediate_size", "missing")),
+            None => match hf.ff_default_mult {
+                Some(m) => m * n_embd,
+                None => return Err(self.err("intermediate_size", "missing")),
+            },
         };
-        set("feed_forward_length", (n_ff as u64).into());
+        keys.set("feed_forward_length", n_ff as u64);
         if let Some(kv) = self.opt_usize(&["num_key_value_heads"])? {
-            set("attention.head_count_kv", (kv as u64).into());
+            keys.set("attention.head_count_kv", kv as u64);
         }
         if let Some(hd) = head_dim {
-            set("attention.key_length", (hd as u64).into());
-            set("attention.value_length", (hd as u64).into());
+            keys.set("attention.key_length", hd as u64);
+            keys.set("attention.value_length", hd as u64);
         }
-        set("vocab_size", (self.usize(&["vocab_size"])? as u64).into());
+        keys.set("vocab_size", self.usize(&["vocab_size"])? as u64);
         if let Some(ctx) = self.opt_usize(&["max_position_embeddings", "n_positions", "n_ctx"])? {
-            set("context_length", (ctx as u64).into());
+            keys.set("context_length", ctx as u64);
         }
-        match arch {
-            "phi2" | "gpt2" => {
+        match hf.norm {
+            NormKind::Layer => {
                 let eps = self.opt_f32(&["layer_norm_eps", "layer_norm_epsilon"])?;
-                set("attention.layer_norm_epsilon", eps.unwrap_or(1e-5).into());
+                keys.set("attention.layer_norm_epsilon", eps.unwrap_or(1e-5));
             }
-            _ => {
+            NormKind::Rms => {
                 let eps = self.opt_f32(&["rms_norm_eps"])?;
-                set(
-                    "attention.layer_norm_rms_epsilon",
-                    eps.unwrap_or(1e-6).into(),
-                );
+                keys.set("attention.layer_norm_rms_epsilon", eps.unwrap_or(1e-6));
             }
         }
-        self.check_activation(arch)?;
+        self.check_activation(arch, hf)?;
 
         // RoPE.
-        if arch != "gpt2" {
+        if let Positions::Rope { default_partial } = hf.positions {
             let full = self.rope(Some("full_attention"))?;
             if let Some(t) = full.theta {
-                set("rope.freq_base", t.into());
+                keys.set("rope.freq_base", t);
             }
-            let default_partial = if arch == "phi2" { 0.5 } else { 1.0 };
             let partial = full.partial.unwrap_or(default_partial);
             if partial != 1.0 {
                 let n_rot = (hd as f32 * partial) as u64;
-                set("rope.dimension_count", n_rot.into());
+                keys.set("rope.dimension_count", n_rot);
             }
             match full.kind.as_deref() {
                 None | Some("default") => {}
@@ -302,8 +378,8 @@ impl<'a> Cfg<'a> {
                         .and_then(|m| m.get("factor"))
                         .and_then(Value::as_f64)
                         .ok_or_else(|| self.err("rope_scaling.factor", "missing"))?;
-                    set("rope.scaling.type", "linear".into());
-                    set("rope.scaling.factor", (factor as f32).into());
+                    keys.set("rope.scaling.type", "linear");
+                    keys.set("rope.scaling.factor", factor as f32);
                 }
                 Some("llama3") => {
                     let p = |k: &str| {
@@ -328,77 +404,22 @@ impl<'a> Cfg<'a> {
                 }
                 // yarn, dynamic, longrope, …: passed on, refused by the architecture with
                 // the list of what is supported.
-                Some(other) => set("rope.scaling.type", other.into()),
-            }
-            if arch == "gemma3" {
-                let local = self.rope(Some("sliding_attention"))?;
-                let base = self.opt_f32(&["rope_local_base_freq"])?.or(local.theta);
-                if let Some(b) = base {
-                    set("rope.freq_base_swa", b.into());
-                }
+                Some(other) => keys.set("rope.scaling.type", other),
             }
         }
 
-        // Attention variants.
-        match arch {
-            "llama" => {
-                if self.opt_bool("mlp_bias")? == Some(true) {
-                    return Err(self.err("mlp_bias", "biases on the MLP are not supported"));
-                }
-                if model_type == "mistral"
-                    && let Some(w) = self.opt_usize(&["sliding_window"])?
-                {
-                    set("attention.sliding_window", (w as u64).into());
-                }
-            }
-            "qwen2" if self.opt_bool("use_sliding_window")? == Some(true) => {
-                return Err(self.err(
-                    "use_sliding_window",
-                    "Qwen2 sliding-window layers are not supported",
-                ));
-            }
-            "gemma2" | "gemma3" => {
-                if let Some(s) = self.opt_f32(&["query_pre_attn_scalar"])? {
-                    set("attention.scale", (1.0 / s.sqrt()).into());
-                }
-                if let Some(c) = self.opt_f32(&["attn_logit_softcapping"])? {
-                    set("attn_logit_softcapping", c.into());
-                }
-                if let Some(c) = self.opt_f32(&["final_logit_softcapping"])? {
-                    set("final_logit_softcapping", c.into());
-                }
-                if let Some(w) = self.opt_usize(&["sliding_window"])? {
-                    set("attention.sliding_window", (w as u64).into());
-                }
-                if let Some(types) = self.layer_types()? {
-                    set("attention.sliding_window_pattern", types.into());
-                } else if let Some(p) = self.opt_usize(&["sliding_window_pattern"])? {
-                    set("attention.sliding_window_pattern", (p as u64).into());
-                }
-            }
-            "phi2" if self.opt_bool("qk_layernorm")? == Some(true) => {
-                return Err(self.err("qk_layernorm", "Q/K LayerNorm is not supported"));
-            }
-            _ => {}
-        }
+        // What only this architecture has.
+        (hf.config)(self, &mut keys)?;
 
-        let tied_default = matches!(arch, "gemma2" | "gemma3" | "gpt2");
         let tied = self
             .opt_bool("tie_word_embeddings")?
-            .unwrap_or(tied_default);
-        let family = match arch {
-            "gemma2" | "gemma3" => Family::Gemma,
-            "phi2" => Family::Phi,
-            "gpt2" => Family::Gpt2,
-            _ => Family::Llama,
-        };
+            .unwrap_or(hf.tied_default);
         md.set("general.architecture", arch);
         md.set("general.source", "huggingface");
         Ok(HfModel {
             metadata: md,
             names: HfNames {
-                family,
-                fused_gate_up: arch == "phi3",
+                tensor: hf.tensor,
                 tied,
             },
             extra,
@@ -406,7 +427,7 @@ impl<'a> Cfg<'a> {
     }
 
     /// `layer_types` as one bool per layer (`true` = sliding window).
-    fn layer_types(&self) -> Result<Option<Vec<bool>>, ModelError> {
+    pub fn layer_types(&self) -> Result<Option<Vec<bool>>, ModelError> {
         let Some((k, v)) = self.get(&["layer_types"]) else {
             return Ok(None);
         };
@@ -425,16 +446,8 @@ impl<'a> Cfg<'a> {
     }
 
     /// Refuses an activation other than the one the architecture computes.
-    fn check_activation(&self, arch: &str) -> Result<(), ModelError> {
-        let (keys, allowed): (&[&str], &[&str]) = match arch {
-            "gemma2" | "gemma3" => (
-                &["hidden_activation", "hidden_act"],
-                &["gelu_pytorch_tanh", "gelu_new"],
-            ),
-            "phi2" => (&["hidden_act"], &["gelu_new", "gelu_pytorch_tanh"]),
-            "gpt2" => (&["activation_function"], &["gelu_new", "gelu_pytorch_tanh"]),
-            _ => (&["hidden_act"], &["silu"]),
-        };
+    fn check_activation(&self, arch: &str, hf: &HfArch) -> Result<(), ModelError> {
+        let (keys, allowed) = (hf.activation_keys, hf.activations);
         match self.opt_str(keys)? {
             Some(a) if !allowed.contains(&a) => Err(self.err(
                 keys[0],
@@ -447,6 +460,3 @@ impl<'a> Cfg<'a> {
         }
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -1,7 +1,13 @@
-use super::*;
+//! The `config.json` translation of each architecture, through its descriptor.
+
+use std::path::Path;
+
+use super::translate_hf;
+use crate::ModelError;
+use crate::hf::{HfModel, Transform, parse_config};
 
 fn translate(json: &str) -> Result<HfModel, ModelError> {
-    from_config_json(json, Path::new("config.json"))
+    translate_hf(&parse_config(json, Path::new("config.json"))?)
 }
 
 fn md_u64(m: &HfModel, key: &str) -> u64 {
@@ -31,7 +37,6 @@ fn llama_config_becomes_llama_metadata() {
         1e-5
     );
     assert!(m.names.tied);
-    assert_eq!(m.names.family, Family::Llama);
 }
 
 #[test]
@@ -93,7 +98,11 @@ fn transformers5_rope_parameters_and_gemma3_layer_types_are_read() {
         md.get("gemma3.attention.sliding_window_pattern"),
         Some(kiln_format::Value::Array(kiln_format::Array::Bool(v))) if v == &[true, true, false]
     ));
-    assert_eq!(m.names.family, Family::Gemma);
+    assert_eq!(md.str("general.architecture").unwrap(), "gemma3");
+    assert_eq!(
+        m.names.lookup("output_norm.weight").unwrap().transform,
+        Transform::AddOne
+    );
 }
 
 #[test]
