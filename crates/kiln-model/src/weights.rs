@@ -383,13 +383,7 @@ impl WeightStore {
         }
         let ty = match f.ty {
             Some(ty) if kiln_quant::is_supported(ty) => ty,
-            _ => {
-                return Err(ModelError::UnsupportedTensorType {
-                    tensor: f.name,
-                    type_id: f.type_label.0,
-                    type_name: f.type_label.1,
-                });
-            }
+            _ => return Err(self.unsupported(&f)),
         };
         let total_rows = rows.checked_mul(n_expert).ok_or_else(|| {
             ModelError::InvalidConfig(format!(
