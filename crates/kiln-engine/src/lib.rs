@@ -22,6 +22,7 @@ mod metrics;
 mod request;
 mod scheduler;
 mod sequence;
+mod shared;
 
 #[doc(hidden)]
 pub use config::FaultPlan;

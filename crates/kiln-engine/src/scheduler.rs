@@ -36,7 +36,7 @@ use kiln_sample::Vocab;
 use kiln_tokenizer::Tokenizer;
 
 use crate::cost::{Candidate, Row, StepCost, Work, prefill_chunks};
-use crate::engine::{Shared, Submission, lock};
+use crate::shared::{Shared, Submission, lock};
 use crate::sequence::{Outcome, Seq};
 use crate::{EngineError, EngineMetrics, FinishReason, Histogram};
 
@@ -314,7 +314,7 @@ impl<'t> Sched<'t> {
                 }
                 Err(e) => {
                     if let Some(i) = self.running.iter().position(|q| q.id == id) {
-                        self.fail(i, EngineError::Model(e.to_string()));
+                        self.fail(i, e.into());
                     }
                     return false;
                 }
@@ -522,7 +522,7 @@ impl<'t> Sched<'t> {
         self.m.steps += 1;
         let logits = match result {
             Ok(Ok(l)) => l,
-            Ok(Err(e)) => return self.fail_plan(EngineError::Model(e.to_string())),
+            Ok(Err(e)) => return self.fail_plan(e.into()),
             Err(p) => return self.fail_plan(EngineError::Panic(panic_text(&*p))),
         };
         let now = Instant::now();
