@@ -2,7 +2,7 @@
 
 #![allow(dead_code)]
 
-pub mod gguf_to_hf;
+pub use kiln_testkit::hf_tokenizer as gguf_to_hf;
 
 use std::sync::OnceLock;
 
