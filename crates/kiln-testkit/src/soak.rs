@@ -163,7 +163,7 @@ impl Rng {
     pub fn new(seed: u64) -> Rng {
         Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
     }
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -171,7 +171,7 @@ impl Rng {
         z ^ (z >> 31)
     }
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
+        (self.next_u64() % n.max(1) as u64) as usize
     }
 }
 
@@ -362,7 +362,7 @@ fn malformed(k: usize) -> Vec<u8> {
         return FIXED[k % 8].as_bytes().to_vec();
     }
     let mut r = Rng::new(k as u64);
-    let mut b: Vec<u8> = (0..1 + r.below(200)).map(|_| r.next() as u8).collect();
+    let mut b: Vec<u8> = (0..1 + r.below(200)).map(|_| r.next_u64() as u8).collect();
     // Never a valid JSON document by accident.
     b.insert(0, b'{');
     b.push(b'\0');
@@ -453,7 +453,7 @@ impl Client<'_> {
                     .map(|_| PROMPTS[self.rng.below(PROMPTS.len())])
                     .collect();
                 let b = json!({"prompt":prompts,"n":2,"max_tokens":6,"temperature":0.8,
-                               "seed": self.rng.next() >> 12});
+                               "seed": self.rng.next_u64() >> 12});
                 (false, b.to_string().into_bytes())
             }
             Action::Disconnect { chat, .. } => {
