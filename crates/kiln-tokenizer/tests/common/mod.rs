@@ -2,8 +2,6 @@
 
 #![allow(dead_code)]
 
-pub use kiln_testkit::hf_tokenizer as gguf_to_hf;
-
 use std::sync::OnceLock;
 
 use kiln_tokenizer::Tokenizer;
