@@ -5,9 +5,12 @@
 //! CPU model gave the expected `dotprod` detection (tests/isa.rs).
 //!
 //! Needs the Rust target, the cross linker `aarch64-linux-gnu-gcc` (its sysroot in
-//! `/usr/aarch64-linux-gnu`) and `qemu-aarch64`. `cargo xtask ci` runs it when all are
-//! present and prints why it skipped it otherwise; `test-aarch64` itself fails without them.
-//! Only kiln-quant's kernel-level tests run (model-level tests are not emulated).
+//! `/usr/aarch64-linux-gnu`) and `qemu-aarch64`. [`ensure_tools`] installs whichever is
+//! missing (`rustup target add`; Debian's `gcc-aarch64-linux-gnu` and `qemu-user` through
+//! `apt-get`, with `sudo` when not root) and says what it installed; both `cargo xtask ci`
+//! and `test-aarch64` fail, never skip, when that is not possible — a fresh machine checks
+//! the NEON kernels like any other. Only kiln-quant's kernel-level tests run (model-level
+//! tests are not emulated).
 
 use std::path::Path;
 use std::process::Command;
@@ -40,34 +43,25 @@ pub fn run(args: &[String]) -> Result<(), XtaskError> {
             message: format!("unknown argument '{a}' (it takes none)"),
         });
     }
-    missing_tool().map_or(Ok(()), |why| {
-        Err(XtaskError::StepFailed {
-            step: "test-aarch64",
-            detail: why,
-        })
-    })?;
+    ensure_tools()?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     test_under_qemu(&cargo)
 }
 
-/// The `cargo xtask ci` step: the qemu tests, or a "skipped: …" line saying what is missing.
+/// The `cargo xtask ci` step: installs what is missing, then runs the NEON kernel tests
+/// under qemu-user; fails when the tools cannot be had.
 pub fn ci_step(cargo: &str) -> Result<(), XtaskError> {
-    if let Some(why) = missing_tool() {
-        eprintln!("xtask ci: test-aarch64 skipped: {why}");
-        return Ok(());
-    }
+    ensure_tools()?;
+    eprintln!(
+        "xtask ci: test-aarch64: kiln-quant's NEON kernel tests built for {TARGET} and run \
+         under qemu-user ({QEMU}), with and without dotprod"
+    );
     test_under_qemu(cargo)
 }
 
-/// What is missing to build and emulate aarch64 tests, if anything.
-fn missing_tool() -> Option<String> {
-    let on_path = |prog: &str| {
-        Command::new(prog)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    let target_installed = Command::new("rustup")
+/// Whether `rustup` lists the aarch64 target as installed.
+pub fn target_installed() -> bool {
+    Command::new("rustup")
         .args(["target", "list", "--installed"])
         .output()
         .ok()
@@ -76,8 +70,103 @@ fn missing_tool() -> Option<String> {
             String::from_utf8_lossy(&o.stdout)
                 .lines()
                 .any(|l| l.trim() == TARGET)
-        });
-    if !target_installed {
+        })
+}
+
+fn on_path(prog: &str) -> bool {
+    Command::new(prog)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Installs whatever the aarch64 steps lack — the Rust target with `rustup target add`, the
+/// cross linker and its sysroot (`gcc-aarch64-linux-gnu`) and `qemu-aarch64` (`qemu-user`)
+/// with `apt-get install -y` (through `sudo -n` when not root) — and prints what it
+/// installed. Fails with [`XtaskError::StepFailed`] naming what is still missing when an
+/// install is impossible or did not provide the tool. Does nothing when all are present.
+pub fn ensure_tools() -> Result<(), XtaskError> {
+    let fail = |detail: String| XtaskError::StepFailed {
+        step: "aarch64-tools",
+        detail,
+    };
+    let mut installed = Vec::new();
+    if !target_installed() {
+        eprintln!("xtask ci: the Rust target {TARGET} is missing: rustup target add {TARGET}");
+        let status = Command::new("rustup")
+            .args(["target", "add", TARGET])
+            .status()
+            .map_err(|e| fail(format!("cannot run rustup to add {TARGET}: {e}")))?;
+        if !status.success() {
+            return Err(fail(format!(
+                "rustup target add {TARGET} exited with {status}"
+            )));
+        }
+        installed.push(format!("the Rust target {TARGET} (rustup)"));
+    }
+    let mut packages = Vec::new();
+    if !on_path(LINKER) || !Path::new(SYSROOT).is_dir() {
+        packages.push("gcc-aarch64-linux-gnu");
+    }
+    if !on_path(QEMU) {
+        packages.push("qemu-user");
+    }
+    if !packages.is_empty() {
+        apt_install(&packages).map_err(fail)?;
+        installed.push(format!("{} (apt-get)", packages.join(", ")));
+    }
+    if let Some(why) = missing_tool() {
+        return Err(fail(format!("{why}; installing did not provide it")));
+    }
+    if !installed.is_empty() {
+        eprintln!("xtask ci: installed {}", installed.join("; "));
+    }
+    Ok(())
+}
+
+/// `apt-get install -y PACKAGES` (after `apt-get update` when the first try fails: a fresh
+/// machine may have no package lists), as root or through `sudo -n`.
+fn apt_install(packages: &[&str]) -> Result<(), String> {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    let apt = |args: &[&str]| -> Result<(), String> {
+        let mut cmd = if root {
+            Command::new("apt-get")
+        } else {
+            let mut c = Command::new("sudo");
+            c.args(["-n", "apt-get"]);
+            c
+        };
+        cmd.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+        let shown = format!(
+            "{}apt-get {}",
+            if root { "" } else { "sudo -n " },
+            args.join(" ")
+        );
+        eprintln!("xtask ci: {shown}");
+        let status = cmd
+            .status()
+            .map_err(|e| format!("cannot run {shown}: {e}"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("{shown} exited with {status}"))
+        }
+    };
+    let mut install = vec!["install", "-y", "--no-install-recommends"];
+    install.extend_from_slice(packages);
+    if apt(&install).is_ok() {
+        return Ok(());
+    }
+    apt(&["update"])?;
+    apt(&install)
+}
+
+/// What is missing to build and emulate aarch64 tests, if anything.
+fn missing_tool() -> Option<String> {
+    if !target_installed() {
         Some(format!(
             "the Rust target {TARGET} is not installed (rustup target add {TARGET})"
         ))

@@ -1,7 +1,8 @@
-//! `cargo xtask ci`: the single gate. The aarch64 (NEON) build check when that target is
-//! installed, kiln-quant's tests under qemu-user when qemu and the cross linker are there,
-//! formatting, lints, the real models, then every test in the `ci` profile
-//! (release optimisation without LTO: model-level tests need optimised code).
+//! `cargo xtask ci`: the single gate. The aarch64 (NEON) build check and kiln-quant's tests
+//! under qemu-user (installing the Rust target, the cross linker and qemu first when they
+//! are missing, and failing when they cannot be had), formatting, lints, the real models,
+//! then every test in the `ci` profile (release optimisation without LTO: model-level tests
+//! need optimised code).
 
 use std::process::Command;
 
@@ -124,27 +125,12 @@ const AARCH64: &str = "aarch64-unknown-linux-gnu";
 
 /// `cargo check --target aarch64-unknown-linux-gnu -p kiln-quant`: that the kernels crate
 /// (its `cfg(target_arch)` gates, the aarch64 dispatch) builds for ARM. Under a minute once
-/// the dependencies are cached. Skipped, with the reason, when the Rust target is not
-/// installed — a machine without it must not fail the gate. The kernel tests under
-/// qemu-user follow it (`crate::aarch64`, also `cargo xtask test-aarch64`).
+/// the dependencies are cached. What it needs is installed first when missing
+/// ([`crate::aarch64::ensure_tools`]); the gate fails, not skips, when that cannot be done.
+/// The kernel tests under qemu-user follow it (`crate::aarch64`, also
+/// `cargo xtask test-aarch64`).
 fn neon_check(cargo: &str) -> Result<(), XtaskError> {
-    let installed = Command::new("rustup")
-        .args(["target", "list", "--installed"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .is_some_and(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .any(|l| l.trim() == AARCH64)
-        });
-    if !installed {
-        eprintln!(
-            "xtask ci: skipping neon: the Rust target {AARCH64} is not installed \
-             (rustup target add {AARCH64})"
-        );
-        return Ok(());
-    }
+    crate::aarch64::ensure_tools()?;
     eprintln!("xtask ci: neon (cargo check --target {AARCH64} -p kiln-quant)");
     run_step(
         "neon",

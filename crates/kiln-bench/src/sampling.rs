@@ -22,7 +22,7 @@ pub struct StopRule {
 }
 
 impl Default for StopRule {
-    /// The seed's defaults for per-token latencies: 100..=10 000 samples, CV < 5% over the
+    /// The defaults for per-token latencies: 100..=10 000 samples, CV < 5% over the
     /// last 50, three checks in a row.
     fn default() -> Self {
         StopRule {

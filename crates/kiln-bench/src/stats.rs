@@ -1,7 +1,7 @@
 //! Descriptive statistics over samples: the percentile rule, mean and sample standard
 //! deviation, coefficient of variation, and bootstrap confidence intervals.
 //!
-//! Percentiles use the **nearest-rank** rule (the seed engine's): the `p`-th percentile of
+//! Percentiles use the **nearest-rank** rule: the `p`-th percentile of
 //! `n` sorted samples is the sample at 1-based rank `⌈n·p/100⌉`, clamped to `1..=n`. It
 //! always returns an observed value, never an interpolation.
 

@@ -4,13 +4,6 @@
 //! encodes as the directory's, and unsupported or incomplete checkpoints must be refused by
 //! name.
 
-#[path = "../../kiln-model/tests/common/gguf_to_hf.rs"]
-#[allow(dead_code)]
-mod model_to_hf;
-#[path = "../../kiln-tokenizer/tests/common/gguf_to_hf.rs"]
-#[allow(dead_code)]
-mod tokenizer_to_hf;
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -18,6 +11,7 @@ use kiln_bench::BenchError;
 use kiln_bench::convert::convert_hf_dir;
 use kiln_format::{GgmlType, GgufFile};
 use kiln_model::{Logits, Model, Session};
+use kiln_testkit::{hf_model as model_to_hf, hf_tokenizer as tokenizer_to_hf};
 use kiln_tokenizer::Tokenizer;
 
 fn testdata(rel: &str) -> PathBuf {

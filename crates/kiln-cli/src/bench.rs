@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Args, ValueEnum};
+use kiln_bench::stats;
 use kiln_format::GgufFile;
 use kiln_model::{Logits, Model, Session};
 use kiln_tokenizer::Tokenizer;
@@ -114,7 +115,7 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         return Err(CliError::Usage("--ubatch-size must be at least 1".into()));
     }
     let threads = if args.threads.is_empty() {
-        vec![std::thread::available_parallelism().map_or(1, |n| n.get())]
+        vec![crate::threads::available()]
     } else {
         args.threads.clone()
     };
@@ -149,10 +150,7 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
     for reference in &args.model {
         let loaded = load(reference)?;
         for &t in &threads {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(t)
-                .build()
-                .map_err(|e| CliError::Usage(format!("cannot start {t} threads: {e}")))?;
+            let pool = crate::threads::pool(t)?;
             for &(n_prompt, n_gen) in &tests {
                 let row = pool.install(|| measure(&loaded, &args, t, n_prompt, n_gen, &isa))?;
                 match args.output {
@@ -331,25 +329,17 @@ fn measure(
                 .map_or(0, |d| d.as_secs()),
         ),
         avg_ns: mean(&ns_f) as u64,
-        stddev_ns: stddev(&ns_f) as u64,
+        stddev_ns: stats::std_dev(&ns_f) as u64,
         avg_ts: mean(&samples_ts),
-        stddev_ts: stddev(&samples_ts),
+        stddev_ts: stats::std_dev(&samples_ts),
         samples_ns,
         samples_ts,
     })
 }
 
+/// The mean of at least one repetition's figures (`-r` is at least 1).
 fn mean(v: &[f64]) -> f64 {
-    v.iter().sum::<f64>() / v.len().max(1) as f64
-}
-
-/// Sample standard deviation (n - 1), 0 for fewer than two samples.
-fn stddev(v: &[f64]) -> f64 {
-    if v.len() < 2 {
-        return 0.0;
-    }
-    let m = mean(v);
-    (v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
+    stats::mean(v).unwrap_or(0.0)
 }
 
 /// `2026-11-21T23:30:05Z`, llama-bench's `test_time` format, from Unix seconds.
@@ -411,9 +401,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stddev_is_the_sample_deviation() {
-        assert_eq!(stddev(&[1.0]), 0.0);
-        assert!((stddev(&[1.0, 3.0]) - std::f64::consts::SQRT_2).abs() < 1e-12);
+    fn stddev_is_the_sample_deviation_like_llama_bench() {
+        assert_eq!(stats::std_dev(&[1.0]), 0.0);
+        assert!((stats::std_dev(&[1.0, 3.0]) - std::f64::consts::SQRT_2).abs() < 1e-12);
+        assert_eq!(mean(&[1.0, 3.0]), 2.0);
     }
 
     #[test]

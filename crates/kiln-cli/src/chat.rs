@@ -176,19 +176,11 @@ pub struct ChatCommandArgs {
 const HELP: &str = "commands: /reset (forget the conversation, keep the system prompt), /exit";
 
 pub fn run(args: ChatCommandArgs) -> Result<(), CliError> {
-    let threads = args
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    if threads == 0 {
-        return Err(CliError::Usage("--threads must be at least 1".into()));
-    }
+    let threads = crate::threads::count(args.threads)?;
     if args.n_predict == 0 {
         return Err(CliError::Usage("--n-predict must be at least 1".into()));
     }
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .map_err(|e| CliError::Usage(format!("cannot start {threads} threads: {e}")))?;
+    let pool = crate::threads::pool(threads)?;
     let Loaded { model, tokenizer } = args.model.load()?;
     let template = template_of(&args.template, &model, &args.model, &tokenizer)?;
     let n_ctx = args
@@ -200,7 +192,7 @@ pub fn run(args: ChatCommandArgs) -> Result<(), CliError> {
     let sampler_cfg = args.sampling.config(n_ctx)?;
     let stops = args.sampling.stop_strings()?;
     let grammar = args.sampling.grammar(&GrammarCache::new(1))?;
-    let vocab = crate::args::sampling::vocab(&tokenizer);
+    let vocab = kiln_engine::sampler_vocab(&tokenizer);
     let interactive = std::io::stdin().is_terminal();
     if interactive {
         eprintln!(

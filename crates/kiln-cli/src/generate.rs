@@ -101,16 +101,8 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
     let mut stops = args.sampling.stop_strings()?;
     let grammar = args.sampling.grammar(&GrammarCache::new(1))?;
     args.kv.validate()?;
-    let threads = args
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    if threads == 0 {
-        return Err(CliError::Usage("--threads must be at least 1".into()));
-    }
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .map_err(|e| CliError::Usage(format!("cannot start {threads} threads: {e}")))?;
+    let threads = crate::threads::count(args.threads)?;
+    let pool = crate::threads::pool(threads)?;
 
     let t_load = Instant::now();
     let crate::args::model::Loaded { model, tokenizer } = args.model.load()?;
@@ -138,7 +130,7 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
     }
     let n_predict = args.n_predict.min(n_ctx - prompt_tokens.len());
     let sampler_cfg = args.sampling.config(n_ctx)?;
-    let vocab = crate::args::sampling::vocab(&tokenizer);
+    let vocab = kiln_engine::sampler_vocab(&tokenizer);
     let matcher = match grammar {
         Some(g) => Some(Matcher::new(g, Arc::clone(&vocab))?),
         None => None,

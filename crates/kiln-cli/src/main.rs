@@ -10,6 +10,7 @@ mod perplexity;
 mod quantize;
 mod samples;
 mod serve;
+mod threads;
 
 use std::process::ExitCode;
 

@@ -118,16 +118,8 @@ fn progress_line(json: bool) -> impl FnMut(ChunkDone) {
 }
 
 pub fn run(args: PerplexityArgs) -> Result<(), CliError> {
-    let threads = args
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    if threads == 0 {
-        return Err(CliError::Usage("--threads must be at least 1".into()));
-    }
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .map_err(|e| CliError::Usage(format!("cannot start {threads} threads: {e}")))?;
+    let threads = crate::threads::count(args.threads)?;
+    let pool = crate::threads::pool(threads)?;
 
     let path = kiln_hub::resolve(&args.model)?;
     let file = Arc::new(GgufFile::open(&path)?);

@@ -89,9 +89,7 @@ fn parse_kv_types(s: &str) -> Result<(KvType, KvType), String> {
 }
 
 pub fn run(args: ServeArgs) -> Result<(), CliError> {
-    let threads = args
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let threads = args.threads.unwrap_or_else(crate::threads::available);
     if threads == 0
         || args.kv_block_size == 0
         || args.max_running == 0

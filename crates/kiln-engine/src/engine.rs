@@ -1,74 +1,14 @@
 //! The public face: [`Engine`] (submit, metrics, shutdown) and [`RequestHandle`].
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use kiln_model::{Model, Session};
 use kiln_tokenizer::Tokenizer;
 
+use crate::shared::{Inbox, Shared, Submission, lock};
 use crate::{EngineConfig, EngineError, EngineMetrics, Event, Request};
-
-/// A request on its way to the scheduler.
-pub(crate) struct Submission {
-    pub id: u64,
-    pub request: Request,
-    pub tx: flume::Sender<Event>,
-    pub submitted: Instant,
-}
-
-/// What clients hand the scheduler thread.
-#[derive(Default)]
-pub(crate) struct Inbox {
-    pub new: Vec<Submission>,
-    pub cancel: Vec<u64>,
-    /// `Some(drain)` once shutdown was asked for.
-    pub stop: Option<bool>,
-    /// No more submissions accepted.
-    pub closed: bool,
-}
-
-/// State shared by the engine handles, request handles and the scheduler thread.
-pub(crate) struct Shared {
-    pub config: EngineConfig,
-    pub inbox: Mutex<Inbox>,
-    pub wake: Condvar,
-    pub metrics: Mutex<EngineMetrics>,
-    /// Requests submitted and not yet admitted.
-    pub waiting: AtomicUsize,
-    next_id: AtomicU64,
-    thread: Mutex<Option<JoinHandle<()>>>,
-}
-
-/// Locks a mutex, ignoring poisoning (the data guarded here stays consistent: every
-/// critical section is a handful of pushes and copies).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-impl Shared {
-    pub(crate) fn cancel(&self, id: u64) {
-        lock(&self.inbox).cancel.push(id);
-        self.wake.notify_all();
-    }
-
-    fn shutdown(&self, drain: bool) {
-        {
-            let mut inbox = lock(&self.inbox);
-            inbox.closed = true;
-            if inbox.stop.is_none() {
-                inbox.stop = Some(drain);
-            }
-        }
-        self.wake.notify_all();
-        let thread = lock(&self.thread).take();
-        if let Some(t) = thread {
-            // A panic outside a request's work has already failed every request.
-            let _ = t.join();
-        }
-    }
-}
 
 /// Stops the scheduler when the last [`Engine`] clone goes away.
 struct Owner {
@@ -107,7 +47,7 @@ impl Engine {
             config.max_batch_tokens,
             &config.kv,
         )
-        .map_err(|e| EngineError::Model(e.to_string()))?;
+        .map_err(EngineError::from)?;
         let pool = kiln_model_pool(config.threads)?;
         // The cache's geometry is in the snapshot from the start, before the scheduler
         // thread publishes its first one (a /metrics scrape may come first).
@@ -127,7 +67,10 @@ impl Engine {
             .spawn(move || {
                 pool.install(|| crate::scheduler::run(&for_thread, session, &tokenizer));
             })
-            .map_err(|e| EngineError::Model(format!("cannot start the scheduler thread: {e}")))?;
+            .map_err(|e| EngineError::ThreadStart {
+                what: "the scheduler thread".into(),
+                source: Arc::new(e),
+            })?;
         *lock(&shared.thread) = Some(thread);
         Ok(Engine {
             owner: Arc::new(Owner { shared }),
@@ -220,7 +163,10 @@ fn kiln_model_pool(threads: usize) -> Result<rayon::ThreadPool, EngineError> {
         .num_threads(threads.max(1))
         .thread_name(|i| format!("kiln-engine-{i}"))
         .build()
-        .map_err(|e| EngineError::Model(format!("cannot start {threads} threads: {e}")))
+        .map_err(|e| EngineError::ThreadStart {
+            what: format!("{threads} threads"),
+            source: Arc::new(e),
+        })
 }
 
 /// A submitted request's stream of [`Event`]s. Dropping it cancels the request (its KV

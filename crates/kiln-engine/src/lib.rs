@@ -22,6 +22,8 @@ mod metrics;
 mod request;
 mod scheduler;
 mod sequence;
+mod shared;
+mod vocab;
 
 #[doc(hidden)]
 pub use config::FaultPlan;
@@ -31,3 +33,4 @@ pub use error::EngineError;
 pub use kiln_sample::{Grammar, SamplerConfig, TokenLogprob};
 pub use metrics::{EngineMetrics, Histogram};
 pub use request::{Event, FinishReason, Request, RequestTimings, Usage};
+pub use vocab::sampler_vocab;

@@ -36,8 +36,8 @@ use kiln_sample::Vocab;
 use kiln_tokenizer::Tokenizer;
 
 use crate::cost::{Candidate, Row, StepCost, Work, prefill_chunks};
-use crate::engine::{Shared, Submission, lock};
 use crate::sequence::{Outcome, Seq};
+use crate::shared::{Shared, Submission, lock};
 use crate::{EngineError, EngineMetrics, FinishReason, Histogram};
 
 /// The scheduler's state.
@@ -84,7 +84,7 @@ pub(crate) fn run(shared: &Shared, session: Session, tok: &Tokenizer) {
         shared,
         session,
         tok,
-        vocab: vocab(tok),
+        vocab: crate::vocab::sampler_vocab(tok),
         running: Vec::new(),
         waiting: VecDeque::new(),
         m,
@@ -171,21 +171,6 @@ fn order_prefill(p: &mut [Pending], step_ms: f64) {
             .then(a.candidate.remaining.cmp(&b.candidate.remaining))
             .then(a.id.cmp(&b.id))
     });
-}
-
-/// The vocabulary as the sampler sees it (control tokens have no bytes).
-fn vocab(tok: &Tokenizer) -> Arc<Vocab> {
-    let n = tok.vocab_size() as u32;
-    Arc::new(Vocab::new(
-        (0..n).map(|id| {
-            if tok.is_control(id) {
-                &[][..]
-            } else {
-                tok.token_bytes(id)
-            }
-        }),
-        tok.eog_ids(),
-    ))
 }
 
 /// Panics when `f` targets `q` (a test-only [`crate::FaultPlan`]).
@@ -314,7 +299,7 @@ impl<'t> Sched<'t> {
                 }
                 Err(e) => {
                     if let Some(i) = self.running.iter().position(|q| q.id == id) {
-                        self.fail(i, EngineError::Model(e.to_string()));
+                        self.fail(i, e.into());
                     }
                     return false;
                 }
@@ -522,7 +507,7 @@ impl<'t> Sched<'t> {
         self.m.steps += 1;
         let logits = match result {
             Ok(Ok(l)) => l,
-            Ok(Err(e)) => return self.fail_plan(EngineError::Model(e.to_string())),
+            Ok(Err(e)) => return self.fail_plan(e.into()),
             Err(p) => return self.fail_plan(EngineError::Panic(panic_text(&*p))),
         };
         let now = Instant::now();

@@ -122,10 +122,7 @@ impl<'t> Seq<'t> {
         now: Instant,
         mut itl: impl FnMut(f64),
     ) -> Result<Outcome, EngineError> {
-        let id = self
-            .sampler
-            .try_sample(logits)
-            .map_err(|e| EngineError::Model(format!("sampling failed: {e}")))?;
+        let id = self.sampler.try_sample(logits)?;
         self.generated += 1;
         self.tokens.push(id);
         if let Some(prev) = self.last {

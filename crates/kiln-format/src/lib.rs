@@ -24,6 +24,7 @@ mod error;
 mod ggml_type;
 mod gguf;
 mod limits;
+mod map;
 mod safetensors;
 
 pub use error::FormatError;

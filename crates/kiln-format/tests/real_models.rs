@@ -4,9 +4,7 @@
 use kiln_format::{GgmlType, GgufFile};
 
 fn open(name: &str) -> GgufFile {
-    let path = kiln_hub::resolve(name).unwrap_or_else(|e| {
-        panic!("model {name} is required for this test: {e} (run `cargo xtask models`)")
-    });
+    let path = kiln_testkit::model_path(name);
     GgufFile::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 

@@ -23,6 +23,10 @@ pub enum KvError {
         pos: usize,
         len: usize,
     },
+    /// The sequence is still in use by its owner (a model session's current sequence) and
+    /// cannot be freed; select another sequence first.
+    #[error("KV sequence {seq} is in use (the current sequence) and cannot be freed")]
+    SequenceInUse { seq: SeqId },
     /// A prefix can only be attached to an empty sequence.
     #[error("KV sequence {seq} already holds {len} positions; prefixes attach to empty ones")]
     SequenceNotEmpty { seq: SeqId, len: usize },

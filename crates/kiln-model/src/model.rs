@@ -314,13 +314,7 @@ impl Session {
     /// [`Session::reuse_prefix`] until the space is needed.
     pub fn free_sequence(&mut self, seq: SeqId) -> Result<(), ModelError> {
         if seq == self.seq {
-            return Err(kiln_kv::KvError::InvalidPageAccess {
-                seq,
-                layer: 0,
-                pos: 0,
-                len: self.pos(),
-            }
-            .into());
+            return Err(kiln_kv::KvError::SequenceInUse { seq }.into());
         }
         Ok(self.kv.free_sequence(seq)?)
     }

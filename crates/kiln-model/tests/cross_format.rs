@@ -1,5 +1,5 @@
 //! The same real model from GGUF and from safetensors. SmolLM2-135M-Instruct's Q4_1 GGUF is
-//! dequantized to an f32 Hugging Face directory (`common/gguf_to_hf.rs`, cached); then
+//! dequantized to an f32 Hugging Face directory (`kiln_testkit::hf_model`, cached); then
 //! - that checkpoint must give HF transformers' greedy tokens (`testdata/hf-refs/…/
 //!   reference.json`, transformers on the same dequantized weights, CPU f32), and
 //! - the checkpoint (f32 weights, f32 activations) and the GGUF (Q4_1 weights, Q8_1
@@ -7,13 +7,12 @@
 //!   they hold the same weight values, and differ only in how activations are rounded.
 
 mod common;
-#[path = "common/gguf_to_hf.rs"]
-mod gguf_to_hf;
 
 use std::sync::Arc;
 
 use common::*;
 use kiln_model::{Model, SourceKind};
+use kiln_testkit::hf_model as gguf_to_hf;
 
 #[test]
 fn dequantized_smollm2_checkpoint_matches_transformers_greedy_tokens() {

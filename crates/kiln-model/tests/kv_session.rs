@@ -294,3 +294,20 @@ fn the_memory_plan_accounts_for_weights_blocks_and_scratch() {
     let line = plan.to_string();
     assert!(line.contains("KV f16/f16: 7 blocks × 16 tokens"), "{line}");
 }
+
+#[test]
+fn freeing_the_current_sequence_is_refused_as_in_use_and_changes_nothing() {
+    let mut s = Session::new(model(), 64, 16);
+    s.forward(&tokens(5, 3), Logits::Last).expect("prompt");
+    let current = s.sequence();
+    let e = s
+        .free_sequence(current)
+        .expect_err("the current sequence stays");
+    assert!(
+        matches!(e, ModelError::Kv(kiln_model::KvError::SequenceInUse { seq }) if seq == current),
+        "{e}"
+    );
+    assert_eq!(s.pos(), 5, "the refused free left the sequence whole");
+    let other = s.new_sequence();
+    s.free_sequence(other).expect("another sequence frees");
+}

@@ -164,9 +164,10 @@ impl From<EngineError> for ApiError {
             },
             EngineError::ShuttingDown => ApiError::unavailable("the server is shutting down"),
             EngineError::InvalidRequest(m) => ApiError::bad_request(m, None),
-            e @ (EngineError::Model(_) | EngineError::Panic(_)) => {
-                ApiError::internal(e.to_string())
-            }
+            e @ (EngineError::Model(_)
+            | EngineError::Sampling(_)
+            | EngineError::ThreadStart { .. }
+            | EngineError::Panic(_)) => ApiError::internal(e.to_string()),
         }
     }
 }
@@ -209,8 +210,10 @@ mod tests {
         assert_eq!(q.status, StatusCode::TOO_MANY_REQUESTS);
         let s: ApiError = EngineError::ShuttingDown.into();
         assert_eq!(s.status, StatusCode::SERVICE_UNAVAILABLE);
-        let m: ApiError = EngineError::Model("boom".into()).into();
+        let m: ApiError =
+            EngineError::from(kiln_model::ModelError::InvalidBatch("boom".into())).into();
         assert_eq!(m.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(m.message.contains("boom"), "{}", m.message);
     }
 
     #[test]

@@ -23,9 +23,11 @@ pub mod fuzzing;
 mod handlers;
 pub mod metrics;
 mod params;
+mod routes;
 mod state;
 mod stream;
 pub mod wire;
 
 pub use error::ApiError;
-pub use state::{AppState, Backend, ServerConfig, ServerError, router, run, serve};
+pub use routes::{ServerError, router, run, serve};
+pub use state::{AppState, Backend, ServerConfig};

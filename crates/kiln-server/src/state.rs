@@ -1,13 +1,11 @@
-//! Server state, the router, and serving with graceful shutdown.
+//! What the server knows while it runs: its configuration ([`ServerConfig`]), the model it
+//! serves ([`Backend`]) and the state every handler shares ([`AppState`]: counters, the
+//! in-flight limit, shutdown). The router and the serving loop are in `routes.rs`.
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
 use kiln_engine::Engine;
 use kiln_tokenizer::Tokenizer;
 use kiln_tokenizer::chat::ChatTemplate;
@@ -172,142 +170,6 @@ impl AppState {
         let n = self.0.next_id.fetch_add(1, Ordering::Relaxed);
         format!("{:x}{n:06x}", self.0.created)
     }
-}
-
-/// The routes: `/v1/completions`, `/v1/chat/completions`, `/v1/models`, `/health`,
-/// `/metrics`.
-pub fn router(state: AppState) -> Router {
-    let limit = state.config().max_body_bytes;
-    Router::new()
-        .route("/v1/completions", post(crate::handlers::completions))
-        .route("/v1/chat/completions", post(crate::handlers::chat))
-        .route("/v1/models", get(crate::handlers::models))
-        .route("/health", get(crate::handlers::health))
-        .route("/metrics", get(crate::handlers::metrics))
-        .fallback(crate::handlers::not_found)
-        .layer(DefaultBodyLimit::max(limit))
-        .with_state(state)
-}
-
-/// Serving failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ServerError {
-    #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: String,
-        source: std::io::Error,
-    },
-    #[error("server error: {0}")]
-    Io(#[from] std::io::Error),
-    #[error("loading the model failed: {0}")]
-    Load(String),
-}
-
-/// Serves `router(state)` on `listener` until `shutdown` resolves; then refuses new
-/// requests (503), lets running ones finish for up to `drain_timeout`, cancels what is
-/// left, and stops the engine.
-pub async fn run(
-    listener: tokio::net::TcpListener,
-    state: AppState,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let app = router(state.clone());
-    let st = state.clone();
-    let signal = async move {
-        shutdown.await;
-        st.begin_shutdown();
-        let drain = st.config().drain_timeout;
-        tokio::spawn(async move {
-            tokio::time::sleep(drain).await;
-            if let Some(b) = st.backend() {
-                let engine = b.engine.clone();
-                let _ = tokio::task::spawn_blocking(move || engine.shutdown(false)).await;
-            }
-        });
-    };
-    axum::serve(listener, app)
-        .with_graceful_shutdown(signal)
-        .await?;
-    if let Some(b) = state.backend() {
-        let engine = b.engine.clone();
-        let _ = tokio::task::spawn_blocking(move || engine.shutdown(true)).await;
-    }
-    Ok(())
-}
-
-/// Binds `config.host:config.port`, answers `/health` with 503 while `load` runs (on a
-/// blocking thread), then serves until Ctrl-C or SIGTERM (see [`run`]). `on_listen` is
-/// told the bound address.
-pub async fn serve<F>(
-    config: ServerConfig,
-    load: F,
-    on_listen: impl FnOnce(SocketAddr),
-) -> Result<(), ServerError>
-where
-    F: FnOnce() -> Result<Backend, String> + Send + 'static,
-{
-    let addr = format!("{}:{}", config.host, config.port);
-    let listener = tokio::net::TcpListener::bind(&addr)
-        .await
-        .map_err(|source| ServerError::Bind {
-            addr: addr.clone(),
-            source,
-        })?;
-    on_listen(listener.local_addr()?);
-    let state = AppState::loading(config);
-    let failed: Arc<Mutex<Option<String>>> = Arc::default();
-    let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<()>();
-    let st = state.clone();
-    let failed_w = Arc::clone(&failed);
-    tokio::task::spawn_blocking(move || match load() {
-        Ok(b) => st.set_backend(b),
-        Err(e) => {
-            if let Ok(mut f) = failed_w.lock() {
-                *f = Some(e);
-            }
-            let _ = fail_tx.send(());
-        }
-    });
-    let shutdown = async move {
-        // Resolves only when loading failed (a successful load drops the sender).
-        let load_failed = async {
-            if fail_rx.await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        };
-        tokio::select! {
-            _ = termination() => {}
-            _ = load_failed => {}
-        }
-    };
-    run(listener, state, shutdown).await?;
-    if let Some(e) = failed.lock().ok().and_then(|mut f| f.take()) {
-        return Err(ServerError::Load(e));
-    }
-    Ok(())
-}
-
-/// Ctrl-C or SIGTERM.
-async fn termination() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term => {}
-    }
-    eprintln!("kiln serve: shutting down (draining running requests)");
 }
 
 pub(crate) fn unix_now() -> u64 {

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kiln_engine::{Engine, EngineConfig, Event, FaultPlan, Request};
-use kiln_format::GgufFile;
 use kiln_model::Model;
 use kiln_server::{AppState, Backend, ServerConfig};
+use kiln_testkit::server::Loaded;
 use kiln_tokenizer::Tokenizer;
 use kiln_tokenizer::chat::{ChatTemplate, Conversation, RenderOptions};
 use serde_json::{Value, json};
@@ -25,17 +25,6 @@ struct Server {
     template: Arc<ChatTemplate>,
 }
 
-fn load() -> (Arc<Model>, Arc<Tokenizer>, Arc<ChatTemplate>) {
-    let path = kiln_hub::resolve("smollm2-135m").expect("smollm2-135m must be in the cache");
-    let file = Arc::new(GgufFile::open(&path).expect("open gguf"));
-    let tok = Tokenizer::from_gguf(file.metadata()).expect("tokenizer");
-    let template = ChatTemplate::from_gguf(file.metadata(), &tok)
-        .expect("template")
-        .expect("SmolLM2 has a chat template");
-    let model = Arc::new(Model::from_gguf(file).expect("model"));
-    (model, Arc::new(tok), Arc::new(template))
-}
-
 /// A 512-token context with KV room for 8 of them.
 fn engine_config(model: &Model) -> EngineConfig {
     let mut cfg = EngineConfig::for_model(model);
@@ -48,7 +37,11 @@ fn engine_config(model: &Model) -> EngineConfig {
 
 /// A server on a free loopback port, running on its own thread and runtime.
 fn start(config: ServerConfig, tweak: impl FnOnce(&mut EngineConfig)) -> Server {
-    let (model, tokenizer, template) = load();
+    let Loaded {
+        model,
+        tokenizer,
+        template,
+    } = kiln_testkit::server::load("smollm2-135m");
     let mut cfg = engine_config(&model);
     tweak(&mut cfg);
     let engine = Engine::start(model, Arc::clone(&tokenizer), cfg).expect("engine");
@@ -62,7 +55,7 @@ fn start(config: ServerConfig, tweak: impl FnOnce(&mut EngineConfig)) -> Server 
             aliases: vec!["smollm2".into()],
         },
     );
-    let addr = serve_state(state.clone());
+    let addr = kiln_testkit::server::serve(state.clone());
     Server {
         addr,
         state,
@@ -70,27 +63,6 @@ fn start(config: ServerConfig, tweak: impl FnOnce(&mut EngineConfig)) -> Server 
         tokenizer,
         template,
     }
-}
-
-fn serve_state(state: AppState) -> SocketAddr {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                .await
-                .expect("bind");
-            tx.send(listener.local_addr().expect("addr")).expect("send");
-            kiln_server::run(listener, state, std::future::pending())
-                .await
-                .expect("serve");
-        });
-    });
-    rx.recv().expect("server address")
 }
 
 fn agent() -> ureq::Agent {
@@ -376,7 +348,7 @@ fn errors_use_openai_json_with_the_right_status() {
 #[test]
 fn health_is_503_while_loading_and_200_once_ready() {
     let state = AppState::loading(ServerConfig::default());
-    let addr = serve_state(state.clone());
+    let addr = kiln_testkit::server::serve(state.clone());
     let (status, body) = get(addr, "/health");
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("loading"));
@@ -389,7 +361,11 @@ fn health_is_503_while_loading_and_200_once_ready() {
     let (_, metrics) = get(addr, "/metrics");
     assert_eq!(metric(&metrics, "kiln_model_loaded"), 0.0);
 
-    let (model, tokenizer, template) = load();
+    let Loaded {
+        model,
+        tokenizer,
+        template,
+    } = kiln_testkit::server::load("smollm2-135m");
     let cfg = engine_config(&model);
     let engine = Engine::start(model, Arc::clone(&tokenizer), cfg).expect("engine");
     state.set_backend(Backend {
@@ -515,7 +491,7 @@ fn assert_idle_soon(s: &Server) {
 #[test]
 fn a_panic_in_one_request_answers_500_and_the_server_keeps_serving() {
     const VICTIM: &str = "Tell me a story about a zebra";
-    let (_, tok, _) = load();
+    let tok = kiln_testkit::server::load("smollm2-135m").tokenizer;
     let marker = *tok
         .encode(VICTIM, true, true)
         .unwrap()

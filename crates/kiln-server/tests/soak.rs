@@ -4,23 +4,16 @@
 //! over every limit, a short queue that overflows) for ~12 s. Nothing may be lost, no
 //! answer may differ from its lone reference, every refusal must name the right limit, and
 //! the KV blocks, running and waiting counts return to 0. The long run with RSS figures is
-//! `cargo xtask bench soak`; both use the same load generator
-//! (`xtask/src/soak_driver.rs`).
-
-#[path = "../../../xtask/src/soak_driver.rs"]
-mod soak_driver;
+//! `cargo xtask bench soak`; both use the same load generator (`kiln_testkit::soak`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kiln_engine::{Engine, EngineConfig};
-use kiln_format::GgufFile;
-use kiln_model::Model;
 use kiln_server::{AppState, Backend, ServerConfig};
-use kiln_tokenizer::Tokenizer;
-use kiln_tokenizer::chat::ChatTemplate;
-use soak_driver::{Limits, Plan};
+use kiln_testkit::server::Loaded;
+use kiln_testkit::soak::{self, Limits, Plan};
 
 const LIMITS: Limits = Limits {
     n_ctx: 256,
@@ -30,13 +23,11 @@ const LIMITS: Limits = Limits {
 };
 
 fn start() -> SocketAddr {
-    let path = kiln_hub::resolve("smollm2-135m").expect("smollm2-135m must be in the cache");
-    let file = Arc::new(GgufFile::open(&path).expect("open gguf"));
-    let tok = Arc::new(Tokenizer::from_gguf(file.metadata()).expect("tokenizer"));
-    let template = ChatTemplate::from_gguf(file.metadata(), &tok)
-        .expect("template")
-        .expect("SmolLM2 has a chat template");
-    let model = Arc::new(Model::from_gguf(file).expect("model"));
+    let Loaded {
+        model,
+        tokenizer: tok,
+        template,
+    } = kiln_testkit::server::load("smollm2-135m");
     let mut cfg = EngineConfig::for_model(&model);
     cfg.n_ctx = LIMITS.n_ctx;
     cfg.threads = 2;
@@ -57,36 +48,19 @@ fn start() -> SocketAddr {
         Backend {
             engine,
             tokenizer: tok,
-            template: Some(Arc::new(template)),
+            template: Some(template),
             model_id: "smollm2-135m".into(),
             aliases: Vec::new(),
         },
     );
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                .await
-                .expect("bind");
-            tx.send(listener.local_addr().expect("addr")).expect("send");
-            kiln_server::run(listener, state, std::future::pending())
-                .await
-                .expect("serve");
-        });
-    });
-    rx.recv().expect("server address")
+    kiln_testkit::server::serve(state)
 }
 
 #[test]
 fn sixty_four_streams_with_disconnects_malformed_and_over_limit_requests_lose_nothing() {
     let addr = start();
     let base = format!("http://{addr}");
-    let refs = soak_driver::references(&base).expect("lone references");
+    let refs = soak::references(&base).expect("lone references");
     let plan = Plan {
         base: base.clone(),
         clients: 64,
@@ -96,7 +70,7 @@ fn sixty_four_streams_with_disconnects_malformed_and_over_limit_requests_lose_no
         limits: LIMITS,
         pid: None,
     };
-    let t = soak_driver::run(&plan, &refs);
+    let t = soak::run(&plan, &refs);
     eprintln!("{}", serde_json::to_string_pretty(&t).unwrap());
     assert_eq!(t.lost, 0, "lost requests: {:#?}", t.failures);
     assert!(t.clean(), "failures: {:#?}", t.failures);
@@ -124,7 +98,7 @@ fn sixty_four_streams_with_disconnects_malformed_and_over_limit_requests_lose_no
         t.completed + t.refused_total() + t.disconnected_by_client,
         "every request is accounted for"
     );
-    let end = soak_driver::settle(&base, Duration::from_secs(60)).expect("metrics");
+    let end = soak::settle(&base, Duration::from_secs(60)).expect("metrics");
     assert_eq!(
         end,
         (0.0, 0.0, 0.0),

@@ -8,7 +8,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{gguf, gguf_to_hf};
+use common::gguf;
+use kiln_testkit::hf_tokenizer as gguf_to_hf;
 use kiln_tokenizer::{EXPORT_PROBES, Tokenizer, gguf_metadata_from_hf_dir};
 use serde_json::json;
 use unicode_normalization::UnicodeNormalization;

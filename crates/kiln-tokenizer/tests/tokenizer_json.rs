@@ -8,7 +8,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use common::{gguf, gguf_to_hf, ids, tokenizer};
+use common::{gguf, ids, tokenizer};
+use kiln_testkit::hf_tokenizer as gguf_to_hf;
 use kiln_tokenizer::Tokenizer;
 use unicode_normalization::UnicodeNormalization;
 

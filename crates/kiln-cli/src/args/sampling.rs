@@ -6,9 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use kiln_sample::{
-    CompileLimits, Grammar, GrammarCache, GrammarKind, SamplerConfig, Stage, StopStrings, Vocab,
+    CompileLimits, Grammar, GrammarCache, GrammarKind, SamplerConfig, Stage, StopStrings,
 };
-use kiln_tokenizer::Tokenizer;
 
 use crate::error::CliError;
 
@@ -203,22 +202,6 @@ impl SamplingArgs {
             .map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))?;
         Ok(Some(g))
     }
-}
-
-/// The vocabulary as the sampler sees it: each token's bytes, none for control tokens
-/// (a grammar never produces them), and the end-of-generation ids.
-pub fn vocab(tok: &Tokenizer) -> Arc<Vocab> {
-    let n = tok.vocab_size() as u32;
-    Arc::new(Vocab::new(
-        (0..n).map(|id| {
-            if tok.is_control(id) {
-                &[][..]
-            } else {
-                tok.token_bytes(id)
-            }
-        }),
-        tok.eog_ids(),
-    ))
 }
 
 #[cfg(test)]

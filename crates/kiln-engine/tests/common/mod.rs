@@ -10,7 +10,7 @@ use kiln_model::{Logits, Model, Session};
 use kiln_tokenizer::Tokenizer;
 
 pub fn load() -> (Arc<Model>, Arc<Tokenizer>) {
-    let path = kiln_hub::resolve("smollm2-135m").expect("smollm2-135m must be available");
+    let path = kiln_testkit::model_path("smollm2-135m");
     let model = Arc::new(Model::open(path).expect("model loads"));
     let md = model.gguf().expect("a GGUF model").metadata();
     let tok = Arc::new(Tokenizer::from_gguf(md).expect("tokenizer"));

@@ -13,10 +13,9 @@ mod writer;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use memmap2::{Mmap, MmapMut};
+use memmap2::Mmap;
 
 pub use metadata::Metadata;
 pub use tensor::{GGML_MAX_DIMS, TensorInfo, TensorView};
@@ -58,17 +57,7 @@ impl GgufFile {
         path: impl AsRef<Path>,
         limits: &Limits,
     ) -> Result<GgufFile, FormatError> {
-        let path = path.as_ref();
-        let io = |source| FormatError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let file = File::open(path).map_err(io)?;
-        // SAFETY: the map is read-only and only ever viewed as `&[u8]`. Like every mmap
-        // reader (llama.cpp included) we rely on the file not being truncated or rewritten
-        // while it is open; that cannot be enforced from here and is documented for users.
-        let map = unsafe { Mmap::map(&file) }.map_err(io)?;
-        GgufFile::from_map(map, limits)
+        GgufFile::from_map(crate::map::map_file(path.as_ref())?, limits)
     }
 
     /// Parses an in-memory file (tests, fuzzing). The bytes are copied into a page-aligned
@@ -81,14 +70,7 @@ impl GgufFile {
         bytes: Vec<u8>,
         limits: &Limits,
     ) -> Result<GgufFile, FormatError> {
-        let io = |source| FormatError::Io {
-            path: PathBuf::from("<memory>"),
-            source,
-        };
-        let mut map = MmapMut::map_anon(bytes.len()).map_err(io)?;
-        map.copy_from_slice(&bytes);
-        drop(bytes);
-        GgufFile::from_map(map.make_read_only().map_err(io)?, limits)
+        GgufFile::from_map(crate::map::map_bytes(bytes)?, limits)
     }
 
     fn from_map(map: Mmap, limits: &Limits) -> Result<GgufFile, FormatError> {

@@ -11,10 +11,9 @@ mod writer;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use memmap2::{Mmap, MmapMut};
+use memmap2::Mmap;
 
 pub use dtype::Dtype;
 pub use index::{INDEX_FILE, SINGLE_FILE, SafetensorsSet, ShardIndex};
@@ -82,14 +81,7 @@ impl SafetensorsFile {
         limits: &Limits,
     ) -> Result<SafetensorsFile, FormatError> {
         let path = path.as_ref();
-        let io = |source| FormatError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let file = File::open(path).map_err(io)?;
-        // SAFETY: the map is read-only and only ever viewed as `&[u8]`. As for GGUF files we
-        // rely on the file not being truncated or rewritten while it is open.
-        let map = unsafe { Mmap::map(&file) }.map_err(io)?;
+        let map = crate::map::map_file(path)?;
         SafetensorsFile::from_map(map, path.to_path_buf(), limits)
     }
 
@@ -102,15 +94,7 @@ impl SafetensorsFile {
         bytes: Vec<u8>,
         limits: &Limits,
     ) -> Result<SafetensorsFile, FormatError> {
-        let path = PathBuf::from("<memory>");
-        let io = |source| FormatError::Io {
-            path: path.clone(),
-            source,
-        };
         // An anonymous map cannot be empty; a zero-length input is truncated anyway.
-        let mut map = MmapMut::map_anon(bytes.len().max(1)).map_err(io)?;
-        map[..bytes.len()].copy_from_slice(&bytes);
-        let map = map.make_read_only().map_err(io)?;
         if bytes.is_empty() {
             return Err(FormatError::Truncated {
                 field: "header length".into(),
@@ -119,8 +103,8 @@ impl SafetensorsFile {
                 available: 0,
             });
         }
-        drop(bytes);
-        SafetensorsFile::from_map(map, path, limits)
+        let map = crate::map::map_bytes(bytes)?;
+        SafetensorsFile::from_map(map, PathBuf::from("<memory>"), limits)
     }
 
     fn from_map(map: Mmap, path: PathBuf, limits: &Limits) -> Result<SafetensorsFile, FormatError> {

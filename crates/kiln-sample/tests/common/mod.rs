@@ -20,17 +20,7 @@ pub fn tokenizer(file: &GgufFile) -> Tokenizer {
 }
 
 /// Token bytes as the tokenizer renders them; control tokens get none (never produced
-/// under a grammar).
+/// under a grammar): the engine's own adapter.
 pub fn vocab(tok: &Tokenizer) -> Arc<Vocab> {
-    let n = tok.vocab_size() as u32;
-    Arc::new(Vocab::new(
-        (0..n).map(|id| {
-            if tok.is_control(id) {
-                &[][..]
-            } else {
-                tok.token_bytes(id)
-            }
-        }),
-        tok.eog_ids(),
-    ))
+    kiln_testkit::vocab(tok)
 }

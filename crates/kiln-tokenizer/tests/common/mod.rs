@@ -2,8 +2,6 @@
 
 #![allow(dead_code)]
 
-pub mod gguf_to_hf;
-
 use std::sync::OnceLock;
 
 use kiln_tokenizer::Tokenizer;

@@ -1,6 +1,6 @@
-//! The tokenizer files that `shared/tools/gguf_to_hf_safetensors.py` writes for a
-//! byte-level BPE GGUF, rebuilt here from the same metadata (the real files are 2–7 MB, so
-//! tests make them rather than commit them). The fixtures' ids come from Hugging Face
+//! The tokenizer files that `gguf_to_hf_safetensors.py` (a conversion script kept outside
+//! the repository) writes for a byte-level BPE GGUF, rebuilt here from the same metadata
+//! (the real files are 2–7 MB, so tests make them rather than commit them). The fixtures' ids come from Hugging Face
 //! `tokenizers` on the script's own output, so any drift between the two shows up as a
 //! fixture mismatch.
 

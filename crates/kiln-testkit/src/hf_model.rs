@@ -1,6 +1,6 @@
-//! A Hugging Face directory made from a GGUF file by dequantizing every tensor to f32 (the
-//! same as `tools/gguf_to_hf_safetensors.py`, written independently in Rust so tests need
-//! no Python): GGUF names → transformers names, llama Q/K rows un-permuted back to the
+//! A Hugging Face directory made from a GGUF file by dequantizing every tensor to f32 (what
+//! the `gguf_to_hf_safetensors.py` conversion script does, written independently in Rust
+//! so tests need no Python): GGUF names → transformers names, llama Q/K rows un-permuted back to the
 //! rotate-half layout, a `config.json` from the metadata. Made once per model into the
 //! kiln cache (`derived/<name>-hf-f32/`) and reused.
 
@@ -112,8 +112,7 @@ fn write_dir(gguf: &GgufFile, out: &Path) {
 
 /// The f32 Hugging Face form of a known GGUF model, made on first use.
 pub fn dequantized_hf_dir(model: &str) -> PathBuf {
-    let gguf_path =
-        kiln_hub::resolve(model).expect("model must be available (fetched on first use)");
+    let gguf_path = crate::model_path(model);
     let root = kiln_hub::cache_dir().join("derived");
     let out = root.join(format!("{model}-hf-f32"));
     if out.join("config.json").is_file() {
@@ -132,6 +131,7 @@ pub fn dequantized_hf_dir(model: &str) -> PathBuf {
     out
 }
 
+#[cfg(test)]
 #[test]
 fn unpermute_inverts_the_converter_permutation() {
     // One head of 4 rows of 1 column: GGUF order [r0, r2, r1, r3] → [r0, r1, r2, r3].
