@@ -1,7 +1,7 @@
 //! `cargo xtask bench perf`: the pp/tg throughput table of the real models (via
 //! `kiln bench`, llama-bench's method and field names), optionally beside llama.cpp's
 //! `llama-bench` measured in the same run, and streaming latency (TTFT, inter-token
-//! latency) of `kiln generate` as a user sees it ([`crate::bench_latency`]).
+//! latency) of `kiln generate` as a user sees it ([`crate::bench::latency`]).
 
 use std::path::{Path, PathBuf};
 
@@ -10,63 +10,40 @@ use kiln_bench::{Machine, Spread};
 use serde::{Deserialize, Serialize};
 
 use crate::XtaskError;
-use crate::bench::{
-    bad, build_kiln, failed, list, number, out_dir, report_header, unix_now, write,
+use crate::bench::common::{
+    bad, build_kiln, failed, out_dir, positive, report_header, unix_now, write,
 };
-use crate::bench_latency::{LatencyEntry, stream_latency};
+use crate::bench::latency::{LatencyEntry, stream_latency};
 
-const DEFAULT_MODELS: &[&str] = &["smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b"];
-
-struct PerfArgs {
+/// `cargo xtask bench perf`: pp/tg throughput and streaming latency.
+#[derive(clap::Args, Debug)]
+pub struct PerfArgs {
+    /// Models (known names or paths), comma-separated.
+    #[arg(
+        long,
+        short = 'm',
+        value_delimiter = ',',
+        default_value = "smollm2-135m,gemma3-270m,qwen2.5-coder-0.5b"
+    )]
     models: Vec<String>,
+    /// Thread counts, comma-separated.
+    #[arg(long, short = 't', value_delimiter = ',', default_value = "1,2", value_parser = positive)]
     threads: Vec<usize>,
+    /// Repetitions of each test.
+    #[arg(long, short = 'r', default_value_t = 3, value_parser = positive)]
     reps: usize,
+    /// Prompt tokens of the pp test.
+    #[arg(short = 'p', default_value_t = 512)]
     n_prompt: usize,
+    /// Generated tokens of the tg test.
+    #[arg(short = 'n', default_value_t = 128)]
     n_gen: usize,
+    /// llama.cpp's `llama-bench`, measured on the same files in the same run.
+    #[arg(long)]
     llama_bench: Option<PathBuf>,
+    /// Skip the streaming-latency measurement.
+    #[arg(long = "no-latency", action = clap::ArgAction::SetFalse)]
     latency: bool,
-}
-
-fn parse(args: &[String]) -> Result<PerfArgs, XtaskError> {
-    let mut a = PerfArgs {
-        models: DEFAULT_MODELS.iter().map(|s| s.to_string()).collect(),
-        threads: vec![1, 2],
-        reps: 3,
-        n_prompt: 512,
-        n_gen: 128,
-        llama_bench: None,
-        latency: true,
-    };
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        match flag.as_str() {
-            "--models" | "-m" => {
-                a.models = list(it.next().ok_or_else(|| bad("--models needs a value"))?)
-            }
-            "--threads" | "-t" => {
-                a.threads = list(it.next().ok_or_else(|| bad("--threads needs a value"))?)
-                    .iter()
-                    .map(|t| number("--threads", Some(t)))
-                    .collect::<Result<_, _>>()?
-            }
-            "--reps" | "-r" => a.reps = number("--reps", it.next())?,
-            "-p" => a.n_prompt = number("-p", it.next())?,
-            "-n" => a.n_gen = number("-n", it.next())?,
-            "--llama-bench" => {
-                a.llama_bench = Some(PathBuf::from(
-                    it.next().ok_or_else(|| bad("--llama-bench needs a path"))?,
-                ))
-            }
-            "--no-latency" => a.latency = false,
-            other => return Err(bad(format!("bench perf: unknown argument '{other}'"))),
-        }
-    }
-    if a.models.is_empty() || a.threads.is_empty() || a.threads.contains(&0) || a.reps == 0 {
-        return Err(bad(
-            "bench perf needs models, thread counts ≥ 1 and at least one repetition",
-        ));
-    }
-    Ok(a)
 }
 
 /// One row of `kiln bench -o json` or `llama-bench -o json` (the fields both print).
@@ -134,8 +111,10 @@ fn fmt_spread(s: &Spread) -> String {
     format!("{:.1} ± {:.1}", s.mean, s.sd)
 }
 
-pub fn run(args: &[String]) -> Result<(), XtaskError> {
-    let a = parse(args)?;
+pub fn run(a: &PerfArgs) -> Result<(), XtaskError> {
+    if a.models.is_empty() {
+        return Err(bad("bench perf needs at least one model"));
+    }
     let kiln = build_kiln()?;
     if !kiln.supports("bench", &["--n-prompt", "--repetitions", "--output"]) {
         return Err(failed(
@@ -180,7 +159,7 @@ pub fn run(args: &[String]) -> Result<(), XtaskError> {
             ],
         )?;
         let llama_rows = match &a.llama_bench {
-            Some(lb) => llama_bench(lb, &path, &a, &threads)?,
+            Some(lb) => llama_bench(lb, &path, a, &threads)?,
             None => Vec::new(),
         };
         for r in &kiln_rows {
@@ -204,7 +183,7 @@ pub fn run(args: &[String]) -> Result<(), XtaskError> {
             latency.push(stream_latency(&kiln, model, &path, t, a.reps, a.n_gen)?);
         }
     }
-    write_report(&out, &a, &machine, &rows, &latency)
+    write_report(&out, a, &machine, &rows, &latency)
 }
 
 fn llama_bench(

@@ -14,7 +14,7 @@ use kiln_bench::{
 use serde::Serialize;
 
 use crate::XtaskError;
-use crate::bench::{Kiln, failed, unix_now};
+use crate::bench::common::{Kiln, failed, unix_now};
 
 #[derive(Serialize)]
 pub struct LatencyEntry {

@@ -1,24 +1,11 @@
-//! `cargo xtask bench perf | kl | convoy`: the benchmark suites. Each builds the release `kiln`
-//! binary, drives it as a user would, and writes JSON, Markdown and SVG plots under
-//! `<target>/kiln-bench/<suite>/`.
+//! What every benchmark suite shares: locating the workspace and its output directory,
+//! building and driving the release `kiln` binary, and the small helpers of reports and
+//! errors. A leaf: it uses no suite.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use crate::XtaskError;
-use crate::bench_kl;
-use crate::bench_perf;
-
-pub fn run(args: &[String]) -> Result<(), XtaskError> {
-    match args.split_first() {
-        Some((suite, rest)) if suite == "perf" => bench_perf::run(rest),
-        Some((suite, rest)) if suite == "kl" => bench_kl::run(rest),
-        Some((suite, rest)) if suite == "convoy" => crate::bench_convoy::run(rest),
-        Some((suite, rest)) if suite == "soak" => crate::bench_soak::run(rest),
-        _ => Err(bad("expected a suite: perf, kl, convoy or soak")),
-    }
-}
-
 pub fn bad(message: impl Into<String>) -> XtaskError {
     XtaskError::BadArguments {
         command: "bench",
@@ -145,20 +132,18 @@ impl Kiln {
     }
 }
 
-/// Splits a comma-separated option value.
-pub fn list(v: &str) -> Vec<String> {
-    v.split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .collect()
+/// Parses a count that must be at least 1 (a clap value parser).
+pub fn positive(v: &str) -> Result<usize, String> {
+    match v.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_string()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("'{v}' is not a whole number")),
+    }
 }
 
-/// Parses a number option.
-pub fn number<T: std::str::FromStr>(flag: &str, v: Option<&String>) -> Result<T, XtaskError> {
-    let v = v.ok_or_else(|| bad(format!("{flag} needs a value")))?;
-    v.parse()
-        .map_err(|_| bad(format!("{flag}: '{v}' is not a valid number")))
+/// Every core the process may use (the default thread count of some suites).
+pub fn all_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// Writes a file, naming it in the error.
