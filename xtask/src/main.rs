@@ -9,6 +9,7 @@ mod ci;
 mod fuzz;
 mod models;
 mod soak_driver;
+mod synth;
 
 use std::process::ExitCode;
 
@@ -61,6 +62,9 @@ enum Command {
     },
     /// Run the cargo-fuzz targets (nightly) for a bounded time each.
     Fuzz(fuzz::FuzzArgs),
+    /// Write a random-weight GGUF in the exact shape of a real model, with the tokenizer of
+    /// a shipped model of its family (for speed work at 1B–8B; loads in llama.cpp too).
+    Synth(synth::SynthArgs),
 }
 
 fn main() -> ExitCode {
@@ -71,6 +75,7 @@ fn main() -> ExitCode {
         Command::Models(a) => models::run(a),
         Command::Bench { suite } => bench::run(suite),
         Command::Fuzz(a) => fuzz::run(a),
+        Command::Synth(a) => synth::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
