@@ -2,8 +2,10 @@
 //! building and driving the release `kiln` binary, and the small helpers of reports and
 //! errors. A leaf: it uses no suite.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use crate::XtaskError;
 pub fn bad(message: impl Into<String>) -> XtaskError {
@@ -186,4 +188,71 @@ pub fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
+}
+
+/// Peak resident set size (`VmHWM`) of a running process, bytes.
+pub fn vm_hwm(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines().find_map(|l| {
+        let kb: u64 = l
+            .strip_prefix("VmHWM:")?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()?;
+        Some(kb * 1024)
+    })
+}
+
+/// What [`run_measured`] saw of a process.
+pub struct Measured {
+    pub output: Output,
+    /// Its peak RSS as last sampled before it exited (`VmHWM` only grows, so this is the
+    /// peak unless it rose in the last sampling interval).
+    pub peak_rss: Option<u64>,
+}
+
+/// Runs `cmd` to the end with its output captured, sampling its peak RSS every 20 ms.
+pub fn run_measured(cmd: &mut Command) -> std::io::Result<Measured> {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    let pid = child.id();
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut v);
+            }
+            v
+        })
+    };
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let mut peak_rss = None;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        peak_rss = vm_hwm(pid).or(peak_rss);
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let join = |h: std::thread::JoinHandle<Vec<u8>>| h.join().unwrap_or_default();
+    Ok(Measured {
+        output: Output {
+            status,
+            stdout: join(out),
+            stderr: join(err),
+        },
+        peak_rss,
+    })
 }

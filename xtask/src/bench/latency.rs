@@ -14,7 +14,7 @@ use kiln_bench::{
 use serde::Serialize;
 
 use crate::XtaskError;
-use crate::bench::common::{Kiln, failed, unix_now};
+use crate::bench::common::{Kiln, failed, unix_now, vm_hwm};
 
 #[derive(Serialize)]
 pub struct LatencyEntry {
@@ -61,20 +61,6 @@ fn parse_summary(stderr: &str) -> (Option<f64>, Option<usize>, Option<u64>, Opti
         .and_then(|p| p.split_whitespace().next())
         .and_then(|s| s.parse().ok());
     (load, prompt, generated, tps)
-}
-
-fn vm_hwm(pid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines().find_map(|l| {
-        let kb: u64 = l
-            .strip_prefix("VmHWM:")?
-            .trim()
-            .trim_end_matches("kB")
-            .trim()
-            .parse()
-            .ok()?;
-        Some(kb * 1024)
-    })
 }
 
 /// Runs `kiln generate` with streamed output and timestamps every write it makes.

@@ -2,15 +2,18 @@
 //! the release `kiln` binary, drives it as a user would, and writes JSON, Markdown and SVG
 //! plots under `<target>/kiln-bench/<suite>/`.
 //!
-//! The suites share only [`common`], a leaf; none uses another except `perf`, which measures
-//! streaming latency through [`latency`].
+//! The suites share [`common`], a leaf. `perf` measures streaming latency through
+//! [`latency`]; its `--synthetic` comparison ([`synthetic`]) uses `perf`'s rows and
+//! [`bandwidth`]. Nothing points back up.
 
+pub mod bandwidth;
 pub mod common;
 pub mod convoy;
 pub mod kl;
 pub mod latency;
 pub mod perf;
 pub mod soak;
+pub mod synthetic;
 
 use crate::XtaskError;
 
@@ -33,6 +36,7 @@ pub enum Suite {
 
 pub fn run(suite: &Suite) -> Result<(), XtaskError> {
     match suite {
+        Suite::Perf(a) if !a.synthetic.is_empty() => synthetic::run(a),
         Suite::Perf(a) => perf::run(a),
         Suite::Kl(a) => kl::run(a),
         Suite::Convoy(a) => convoy::run(a),

@@ -1,7 +1,9 @@
 //! `cargo xtask bench perf`: the pp/tg throughput table of the real models (via
 //! `kiln bench`, llama-bench's method and field names), optionally beside llama.cpp's
 //! `llama-bench` measured in the same run, and streaming latency (TTFT, inter-token
-//! latency) of `kiln generate` as a user sees it ([`crate::bench::latency`]).
+//! latency) of `kiln generate` as a user sees it ([`crate::bench::latency`]). With
+//! `--synthetic` the models are synthetic files of real 1B–8B shapes and the comparison is
+//! `bench/synthetic.rs`'s.
 
 use std::path::{Path, PathBuf};
 
@@ -16,7 +18,7 @@ use crate::bench::common::{
 use crate::bench::latency::{LatencyEntry, stream_latency};
 
 /// `cargo xtask bench perf`: pp/tg throughput and streaming latency.
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Clone, Debug)]
 pub struct PerfArgs {
     /// Models (known names or paths), comma-separated.
     #[arg(
@@ -25,48 +27,112 @@ pub struct PerfArgs {
         value_delimiter = ',',
         default_value = "smollm2-135m,gemma3-270m,qwen2.5-coder-0.5b"
     )]
-    models: Vec<String>,
+    pub models: Vec<String>,
+    /// Synthetic model shapes instead of the models (`cargo xtask synth` names),
+    /// comma-separated; each file is written first if missing.
+    #[arg(long, value_delimiter = ',')]
+    pub synthetic: Vec<String>,
+    /// The quantization mix of the synthetic files.
+    #[arg(long = "type", default_value = "q4_k_m")]
+    pub mix: String,
     /// Thread counts, comma-separated.
     #[arg(long, short = 't', value_delimiter = ',', default_value = "1,2", value_parser = positive)]
-    threads: Vec<usize>,
-    /// Repetitions of each test.
+    pub threads: Vec<usize>,
+    /// Repetitions of each test (per round with --synthetic).
     #[arg(long, short = 'r', default_value_t = 3, value_parser = positive)]
-    reps: usize,
+    pub reps: usize,
     /// Prompt tokens of the pp test.
     #[arg(short = 'p', default_value_t = 512)]
-    n_prompt: usize,
+    pub n_prompt: usize,
     /// Generated tokens of the tg test.
     #[arg(short = 'n', default_value_t = 128)]
-    n_gen: usize,
-    /// llama.cpp's `llama-bench`, measured on the same files in the same run.
+    pub n_gen: usize,
+    /// With --synthetic: prompt tokens of the long-prompt test.
+    #[arg(long, default_value_t = 4096)]
+    pub long_prompt: usize,
+    /// With --synthetic: the context depth of the decode-at-depth test (llama-bench's -d).
+    #[arg(long, short = 'd', default_value_t = 4096)]
+    pub depth: usize,
+    /// With --synthetic: at most this many alternating rounds (engine order rotated each
+    /// round); they stop earlier, after two, once every ratio's 95% interval is within ±5%.
+    #[arg(long, default_value_t = 4, value_parser = positive)]
+    pub rounds: usize,
+    /// A `llama-bench` to measure on the same files in the same run (repeatable with
+    /// --synthetic: llama.cpp's, ik_llama.cpp's); `LABEL=PATH` names it in the report.
     #[arg(long)]
-    llama_bench: Option<PathBuf>,
+    pub llama_bench: Vec<String>,
+    /// A fast smoke run: pp64, tg16 and, with --synthetic, long prompt 256 and depth 256;
+    /// one repetition, one round.
+    #[arg(long)]
+    pub quick: bool,
     /// Skip the streaming-latency measurement.
     #[arg(long = "no-latency", action = clap::ArgAction::SetFalse)]
-    latency: bool,
+    pub latency: bool,
+}
+
+impl PerfArgs {
+    /// These settings with a `--quick` run's sizes.
+    pub fn quickened(&self) -> PerfArgs {
+        PerfArgs {
+            reps: 1,
+            n_prompt: 64,
+            n_gen: 16,
+            long_prompt: 256,
+            depth: 256,
+            rounds: 1,
+            ..self.clone()
+        }
+    }
+}
+
+/// A `--llama-bench` value: its label and path. Unlabelled, a path naming `ik_llama` is
+/// "ik_llama.cpp" and any other "llama.cpp".
+pub fn llama_bench_label(value: &str) -> (String, PathBuf) {
+    match value.split_once('=') {
+        Some((label, path)) if !label.is_empty() && !label.contains('/') => {
+            (label.to_string(), PathBuf::from(path))
+        }
+        _ => {
+            let label = if value.contains("ik_llama") {
+                "ik_llama.cpp"
+            } else {
+                "llama.cpp"
+            };
+            (label.to_string(), PathBuf::from(value))
+        }
+    }
 }
 
 /// One row of `kiln bench -o json` or `llama-bench -o json` (the fields both print).
 #[derive(Clone, Debug, Deserialize, Serialize)]
-struct BenchRow {
-    model_filename: String,
+pub struct BenchRow {
+    pub model_filename: String,
     #[serde(default)]
-    model_type: String,
-    n_prompt: usize,
-    n_gen: usize,
-    n_threads: usize,
-    avg_ts: f64,
-    stddev_ts: f64,
+    pub model_type: String,
+    pub n_prompt: usize,
+    pub n_gen: usize,
+    /// Context tokens already in the cache (llama-bench's `-d`; older builds print none).
     #[serde(default)]
-    samples_ts: Vec<f64>,
+    pub n_depth: usize,
+    pub n_threads: usize,
+    pub avg_ts: f64,
+    pub stddev_ts: f64,
+    #[serde(default)]
+    pub samples_ts: Vec<f64>,
 }
 
 impl BenchRow {
-    fn test(&self) -> String {
-        if self.n_gen == 0 {
+    /// llama-bench's test name: `pp512`, `tg128`, `tg128 @ d4096`.
+    pub fn test(&self) -> String {
+        let t = if self.n_gen == 0 {
             format!("pp{}", self.n_prompt)
         } else {
             format!("tg{}", self.n_gen)
+        };
+        if self.n_depth > 0 {
+            format!("{t} @ d{}", self.n_depth)
+        } else {
+            t
         }
     }
 }
@@ -96,7 +162,7 @@ struct PerfReport<'a> {
     timestamp: u64,
 }
 
-fn spread(row: &BenchRow) -> Spread {
+pub fn spread(row: &BenchRow) -> Spread {
     Spread::of(&row.samples_ts).unwrap_or(Spread {
         n: 1,
         mean: row.avg_ts,
@@ -107,11 +173,17 @@ fn spread(row: &BenchRow) -> Spread {
     })
 }
 
-fn fmt_spread(s: &Spread) -> String {
+pub fn fmt_spread(s: &Spread) -> String {
     format!("{:.1} ± {:.1}", s.mean, s.sd)
 }
 
 pub fn run(a: &PerfArgs) -> Result<(), XtaskError> {
+    if a.quick {
+        return run(&PerfArgs {
+            quick: false,
+            ..a.quickened()
+        });
+    }
     if a.models.is_empty() {
         return Err(bad("bench perf needs at least one model"));
     }
@@ -158,8 +230,9 @@ pub fn run(a: &PerfArgs) -> Result<(), XtaskError> {
                 "json".into(),
             ],
         )?;
-        let llama_rows = match &a.llama_bench {
-            Some(lb) => llama_bench(lb, &path, a, &threads)?,
+        // The first --llama-bench (the synthetic comparison takes several).
+        let llama_rows = match a.llama_bench.first() {
+            Some(lb) => llama_bench(&llama_bench_label(lb).1, &path, a, &threads)?,
             None => Vec::new(),
         };
         for r in &kiln_rows {
@@ -402,4 +475,46 @@ fn write_report(
         out.join("perf.md").display()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn llama_bench_values_are_labelled_by_their_prefix_or_their_path() {
+        let (l, p) = llama_bench_label("mine=build/bin/llama-bench");
+        assert_eq!(
+            (l.as_str(), p),
+            ("mine", PathBuf::from("build/bin/llama-bench"))
+        );
+        let (l, _) = llama_bench_label("ext/ik_llama.cpp/build/bin/llama-bench");
+        assert_eq!(l, "ik_llama.cpp");
+        let (l, p) = llama_bench_label("ext/llama.cpp/build/bin/llama-bench");
+        assert_eq!(
+            (l.as_str(), p),
+            (
+                "llama.cpp",
+                PathBuf::from("ext/llama.cpp/build/bin/llama-bench")
+            )
+        );
+    }
+
+    #[test]
+    fn rows_at_a_depth_are_named_as_llama_bench_names_them() {
+        let row = |n_prompt, n_gen, n_depth| BenchRow {
+            model_filename: String::new(),
+            model_type: String::new(),
+            n_prompt,
+            n_gen,
+            n_depth,
+            n_threads: 1,
+            avg_ts: 1.0,
+            stddev_ts: 0.0,
+            samples_ts: Vec::new(),
+        };
+        assert_eq!(row(512, 0, 0).test(), "pp512");
+        assert_eq!(row(0, 128, 0).test(), "tg128");
+        assert_eq!(row(0, 128, 4096).test(), "tg128 @ d4096");
+    }
 }
