@@ -1,4 +1,4 @@
-//! `cargo xtask bench perf | kl | convoy | soak`: the benchmark suites. Each builds
+//! `cargo xtask bench perf | kl | latency | convoy | soak`: the benchmark suites. Each builds
 //! the release `kiln` binary, drives it as a user would, and writes JSON, Markdown and SVG
 //! plots under `<target>/kiln-bench/<suite>/`.
 //!
@@ -26,6 +26,9 @@ pub enum Suite {
     /// Quality: KL divergence per weight type and KV type vs f32; thresholds = llama.cpp's
     /// figures on the same files × margin.
     Kl(kl::KlArgs),
+    /// Streaming latency of `kiln generate` alone: TTFT from process start, inter-token
+    /// latency, throughput, peak RSS.
+    Latency(latency::LatencyArgs),
     /// Serving: short requests alone vs mixed with long ones through `kiln serve`
     /// (TTFT/ITL p50/p99, head-of-line blocking, KV fragmentation).
     Convoy(convoy::ConvoyArgs),
@@ -39,6 +42,7 @@ pub fn run(suite: &Suite) -> Result<(), XtaskError> {
         Suite::Perf(a) if !a.synthetic.is_empty() => synthetic::run(a),
         Suite::Perf(a) => perf::run(a),
         Suite::Kl(a) => kl::run(a),
+        Suite::Latency(a) => latency::run(a),
         Suite::Convoy(a) => convoy::run(a),
         Suite::Soak(a) => soak::run(a),
     }

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use kiln_bench::report::{Series, histogram_svg, lines_svg, markdown_table};
+use kiln_bench::report::{Series, lines_svg, markdown_table};
 use kiln_bench::{Machine, Spread};
 use serde::{Deserialize, Serialize};
 
@@ -15,7 +15,7 @@ use crate::XtaskError;
 use crate::bench::common::{
     bad, build_kiln, failed, out_dir, positive, report_header, unix_now, write,
 };
-use crate::bench::latency::{LatencyEntry, stream_latency};
+use crate::bench::latency::{LatencyEntry, latency_markdown, stream_latency};
 
 /// `cargo xtask bench perf`: pp/tg throughput and streaming latency.
 #[derive(clap::Args, Clone, Debug)]
@@ -388,85 +388,7 @@ fn write_report(
         md.push_str(&format!("\n![{model} tokens/s]({name})\n"));
     }
     if !latency.is_empty() {
-        md.push_str(&format!(
-            "\n## Streaming latency (`kiln generate`, greedy, {} tokens, short prompt)\n\n\
-             TTFT is from process start to the first streamed text (so it includes start-up \
-             and model load); ITL is the gap between consecutive writes to stdout. Throughput \
-             is the median over runs with a seeded bootstrap 95% interval; runs stop once their \
-             CV is below 5% (at least {} runs).\n\n",
-            a.n_gen, a.reps
-        ));
-        let ms = |x: f64| format!("{x:.1}");
-        let lat: Vec<Vec<String>> = latency
-            .iter()
-            .map(|l| {
-                let s = &l.summary;
-                let r = &l.result;
-                vec![
-                    l.model.clone(),
-                    r.config.threads.to_string(),
-                    r.iterations.to_string(),
-                    r.model_load_ms.map_or("–".into(), ms),
-                    s.ttft.as_ref().map_or("–".into(), |t| {
-                        format!("{} / {} / {}", ms(t.p50_ms), ms(t.p95_ms), ms(t.p99_ms))
-                    }),
-                    s.itl.as_ref().map_or("–".into(), |i| {
-                        format!(
-                            "{} ± {} / {} / {}",
-                            ms(i.median_ms),
-                            ms(i.std_dev_ms),
-                            ms(i.p99_ms),
-                            ms(i.p999_ms)
-                        )
-                    }),
-                    match (s.throughput_median, s.throughput_ci_95) {
-                        (Some(m), Some(ci)) => {
-                            format!("{m:.1} [{:.1}, {:.1}]", ci.lower, ci.upper)
-                        }
-                        _ => "–".into(),
-                    },
-                    format!("{:.3}", s.cv_final),
-                    r.peak_memory_bytes.map_or("–".into(), |b| {
-                        format!("{:.0} MiB", b as f64 / (1u64 << 20) as f64)
-                    }),
-                    s.joules_per_token
-                        .map_or("not metered".into(), |j| format!("{j:.3} J")),
-                ]
-            })
-            .collect();
-        md.push_str(&markdown_table(
-            &[
-                "model",
-                "threads",
-                "runs",
-                "load ms",
-                "TTFT p50 / p95 / p99 ms",
-                "ITL median ± sd / p99 / p99.9 ms",
-                "gen tokens/s [95% CI]",
-                "CV",
-                "peak RSS",
-                "energy/token",
-            ],
-            &lat,
-        ));
-        for l in latency {
-            if l.result.itl_ms.is_empty() {
-                continue;
-            }
-            let name = format!("itl-{}.svg", l.model);
-            histogram_svg(
-                &out.join(&name),
-                &format!(
-                    "{}: inter-token latency, {} threads",
-                    l.model, l.result.config.threads
-                ),
-                "ms",
-                &l.result.itl_ms,
-                40,
-            )
-            .map_err(plot_err)?;
-            md.push_str(&format!("\n![{} ITL histogram]({name})\n", l.model));
-        }
+        md.push_str(&latency_markdown(out, latency, a.n_gen, a.reps)?);
     }
     write(&out.join("perf.md"), &md)?;
     println!("{md}");
