@@ -187,6 +187,11 @@ pub fn run(a: &PerfArgs) -> Result<(), XtaskError> {
     if a.models.is_empty() {
         return Err(bad("bench perf needs at least one model"));
     }
+    if a.llama_bench.len() > 1 {
+        return Err(bad(
+            "bench perf compares the shipped models with one --llama-bench; several need --synthetic",
+        ));
+    }
     let kiln = build_kiln()?;
     if !kiln.supports("bench", &["--n-prompt", "--repetitions", "--output"]) {
         return Err(failed(
@@ -230,7 +235,6 @@ pub fn run(a: &PerfArgs) -> Result<(), XtaskError> {
                 "json".into(),
             ],
         )?;
-        // The first --llama-bench (the synthetic comparison takes several).
         let llama_rows = match a.llama_bench.first() {
             Some(lb) => llama_bench(&llama_bench_label(lb).1, &path, a, &threads)?,
             None => Vec::new(),
