@@ -1,5 +1,5 @@
 //! What every benchmark suite shares: locating the workspace and its output directory,
-//! building and driving the release `kiln` binary, and the small helpers of reports and
+//! building and driving the release `kiln` binary, and the small functions of reports and
 //! errors. A leaf: it uses no suite.
 
 use std::io::Read;
