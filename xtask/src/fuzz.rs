@@ -17,11 +17,20 @@ use crate::XtaskError;
 const HOW_TO_INSTALL: &str = "cargo-fuzz needs the nightly toolchain and the cargo-fuzz \
      subcommand: `rustup toolchain install nightly` then `cargo install cargo-fuzz`";
 
-struct Options {
+/// `cargo xtask fuzz`: run the cargo-fuzz targets for a bounded time each.
+#[derive(clap::Args, Debug)]
+pub struct FuzzArgs {
+    /// Targets to run, comma-separated or repeated (default: all).
+    #[arg(long = "target", short = 't', value_delimiter = ',')]
     targets: Vec<String>,
+    /// Seconds per target.
+    #[arg(long, short = 's', default_value_t = 60)]
     seconds: u64,
+    /// libFuzzer's RSS limit, MB.
+    #[arg(long, default_value_t = 2048)]
     rss_mb: u64,
     /// Passed to libFuzzer as they are (after `--`).
+    #[arg(last = true)]
     extra: Vec<String>,
 }
 
@@ -37,55 +46,20 @@ struct Outcome {
     wall_s: f64,
 }
 
-fn bad(message: String) -> XtaskError {
-    XtaskError::BadArguments {
-        command: "fuzz",
-        message,
+/// The targets to run: the named ones (each must exist) or all of them.
+fn chosen(a: &FuzzArgs, all: &[String]) -> Result<Vec<String>, XtaskError> {
+    if a.targets.is_empty() {
+        return Ok(all.to_vec());
     }
-}
-
-fn parse(args: &[String], all: &[String]) -> Result<Options, XtaskError> {
-    let mut o = Options {
-        targets: Vec::new(),
-        seconds: 60,
-        rss_mb: 2048,
-        extra: Vec::new(),
-    };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = |flag: &str| {
-            it.next()
-                .cloned()
-                .ok_or_else(|| bad(format!("{flag} needs a value")))
-        };
-        let number = |flag: &str, v: String| {
-            v.parse::<u64>()
-                .map_err(|_| bad(format!("{flag} takes a whole number, not '{v}'")))
-        };
-        match a.as_str() {
-            "--target" | "-t" => {
-                for t in value("--target")?.split(',') {
-                    if !all.iter().any(|x| x == t) {
-                        return Err(bad(format!(
-                            "unknown target '{t}'; the targets are {}",
-                            all.join(", ")
-                        )));
-                    }
-                    o.targets.push(t.to_string());
-                }
-            }
-            "--seconds" | "-s" => o.seconds = number("--seconds", value("--seconds")?)?,
-            "--rss-mb" => o.rss_mb = number("--rss-mb", value("--rss-mb")?)?,
-            "--" => {
-                o.extra = it.by_ref().cloned().collect();
-            }
-            other => return Err(bad(format!("unknown argument '{other}'"))),
+    for t in &a.targets {
+        if !all.iter().any(|x| x == t) {
+            return Err(XtaskError::BadArguments {
+                command: "fuzz",
+                message: format!("unknown target '{t}'; the targets are {}", all.join(", ")),
+            });
         }
     }
-    if o.targets.is_empty() {
-        o.targets = all.to_vec();
-    }
-    Ok(o)
+    Ok(a.targets.clone())
 }
 
 fn fuzz_dir() -> PathBuf {
@@ -158,7 +132,7 @@ fn stats(log: &str) -> (Option<u64>, Option<u64>, Option<u64>, Option<String>) {
     out
 }
 
-fn run_one(target: &str, o: &Options) -> Result<Outcome, XtaskError> {
+fn run_one(target: &str, o: &FuzzArgs) -> Result<Outcome, XtaskError> {
     let dir = fuzz_dir();
     let work = dir.join("work").join(target);
     std::fs::create_dir_all(&work).map_err(|e| XtaskError::StepFailed {
@@ -222,9 +196,9 @@ fn run_one(target: &str, o: &Options) -> Result<Outcome, XtaskError> {
     })
 }
 
-pub fn run(args: &[String]) -> Result<(), XtaskError> {
+pub fn run(o: &FuzzArgs) -> Result<(), XtaskError> {
     let all = targets()?;
-    let o = parse(args, &all)?;
+    let chosen = chosen(o, &all)?;
     if !cargo_fuzz_available() {
         return Err(XtaskError::StepFailed {
             step: "fuzz",
@@ -232,8 +206,8 @@ pub fn run(args: &[String]) -> Result<(), XtaskError> {
         });
     }
     let mut outcomes = Vec::new();
-    for t in &o.targets {
-        outcomes.push(run_one(t, &o)?);
+    for t in &chosen {
+        outcomes.push(run_one(t, o)?);
     }
     let show = |v: Option<u64>| v.map_or_else(|| "?".to_string(), |n| n.to_string());
     println!("\n| target | seconds | executions | cov | ft | corpus | result |");
@@ -292,7 +266,15 @@ mod tests {
     #[test]
     fn unknown_targets_are_refused_with_the_list() {
         let all = vec!["gguf".to_string(), "grammar".to_string()];
-        let err = parse(&["--target".into(), "gguff".into()], &all)
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            fuzz: FuzzArgs,
+        }
+        let a = <Cli as clap::Parser>::try_parse_from(["fuzz", "--target", "gguff"])
+            .expect("the flags parse")
+            .fuzz;
+        let err = chosen(&a, &all)
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();

@@ -1,28 +1,24 @@
 //! `cargo xtask`: the project's single gate and home of its suites.
 //!
-//! Each subcommand lives in its own module with a `run(args)` entry point; `main` only
-//! dispatches on the first argument.
+//! Each subcommand lives in its own module with a `run` entry point taking its parsed
+//! options; `main` only parses the command line (clap) and dispatches.
 
 mod aarch64;
 mod bench;
-mod bench_convoy;
-mod bench_kl;
-mod bench_latency;
-mod bench_perf;
-mod bench_soak;
 mod ci;
 mod fuzz;
 mod models;
 mod soak_driver;
+mod synth;
 
 use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
 
 /// What went wrong in a task; printed once by `main`.
 #[derive(Debug, thiserror::Error)]
 pub enum XtaskError {
-    #[error("unknown command '{command}'\n\n{USAGE}")]
-    UnknownCommand { command: String },
-    #[error("{command}: {message}\n\n{USAGE}")]
+    #[error("{command}: {message}")]
     BadArguments {
         command: &'static str,
         message: String,
@@ -33,52 +29,53 @@ pub enum XtaskError {
     ModelsFailed { names: Vec<String> },
 }
 
-const USAGE: &str = "\
-usage: cargo xtask <command> [args]
+/// Project automation: the gate, the models, the benchmark suites, fuzzing.
+#[derive(Parser, Debug)]
+#[command(
+    name = "cargo xtask",
+    after_help = "bench reports: JSON, Markdown and SVG plots under <target>/kiln-bench/"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
 
-commands:
-  ci [--skip STEP]...          the gate: neon (aarch64 check, skipped if the target is
-                               absent), test-aarch64 (skipped without qemu and the cross
-                               linker), format, lint, models, test (release)
-  test-aarch64                 kiln-quant's tests for aarch64 under qemu-user, with and
-                               without the dotprod extension (NEON kernels == scalar)
-  models [--quiet] [NAME...]   fetch the known models (all when no NAME) into the cache
-  bench perf [--models A,B] [--threads 1,2] [--reps N] [-p N] [-n N] [--llama-bench PATH]
-             [--no-latency]    pp/tg tokens/s table (mean ± sd) and streaming latency
-  bench kl [--model M] [--chunks N] [--types T,..] [--kv T,..] [--threads N] [--text FILE]
-           [--keep-files]      quality: KL divergence per weight type and KV type vs f32,
-                               thresholds = llama.cpp's figures on the same files × margin
-  bench convoy [--model M] [--scale F] [--shorts N] [--longs N] [--clients N] [--threads N]
-             [--kv-memory SIZE] serving: short requests alone vs mixed with long ones
-                               through `kiln serve` (TTFT/ITL p50/p99, HOL, KV fragmentation)
-  bench soak [--clients 64] [--mixed 16] [--seconds 120] [--warmup 15] [--model M]
-             [--threads N] [--seed S]
-                               serving under load and faults through `kiln serve`: lost
-                               requests (must be 0), greedy answers vs lone references,
-                               refusals by limit, RSS, KV blocks at the end, TTFT/ITL
-  (bench reports: JSON, Markdown and SVG plots under <target>/kiln-bench/)
-  fuzz [--target T,..] [--seconds N] [--rss-mb N] [-- LIBFUZZER_ARGS]
-                               run the cargo-fuzz targets (nightly) N s each (default 60)";
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// The gate: neon (aarch64 check, skipped if the target is absent), test-aarch64
+    /// (skipped without qemu and the cross linker), format, lint, models, test (release).
+    Ci {
+        /// A step to leave out (repeatable).
+        #[arg(long = "skip", value_name = "STEP")]
+        skip: Vec<String>,
+    },
+    /// kiln-quant's tests for aarch64 under qemu-user, with and without the dotprod
+    /// extension (NEON kernels == scalar).
+    #[command(name = "test-aarch64")]
+    TestAarch64,
+    /// Fetch the known models (all when no NAME) into the cache.
+    Models(models::ModelsArgs),
+    /// The benchmark suites.
+    Bench {
+        #[command(subcommand)]
+        suite: bench::Suite,
+    },
+    /// Run the cargo-fuzz targets (nightly) for a bounded time each.
+    Fuzz(fuzz::FuzzArgs),
+    /// Write a random-weight GGUF in the exact shape of a real model, with the tokenizer of
+    /// a shipped model of its family (for speed work at 1B–8B; loads in llama.cpp too).
+    Synth(synth::SynthArgs),
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some((command, rest)) = args.split_first() else {
-        println!("{USAGE}");
-        return ExitCode::SUCCESS;
-    };
-    let result = match command.as_str() {
-        "ci" => ci::run(rest),
-        "models" => models::run(rest),
-        "bench" => bench::run(rest),
-        "fuzz" => fuzz::run(rest),
-        "test-aarch64" => aarch64::run(rest),
-        "help" | "-h" | "--help" => {
-            println!("{USAGE}");
-            Ok(())
-        }
-        other => Err(XtaskError::UnknownCommand {
-            command: other.to_string(),
-        }),
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Ci { skip } => ci::run(skip),
+        Command::TestAarch64 => aarch64::run(&[]),
+        Command::Models(a) => models::run(a),
+        Command::Bench { suite } => bench::run(suite),
+        Command::Fuzz(a) => fuzz::run(a),
+        Command::Synth(a) => synth::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -86,5 +83,15 @@ fn main() -> ExitCode {
             eprintln!("xtask: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        <Cli as clap::CommandFactory>::command().debug_assert();
     }
 }

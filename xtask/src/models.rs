@@ -7,24 +7,22 @@ use kiln_hub::{FetchOptions, known_models};
 
 use crate::XtaskError;
 
-pub fn run(args: &[String]) -> Result<(), XtaskError> {
-    let mut options = FetchOptions {
-        progress: true,
+/// `cargo xtask models`: fetch the known models into the cache.
+#[derive(clap::Args, Debug)]
+pub struct ModelsArgs {
+    /// No progress bars.
+    #[arg(long, short = 'q')]
+    quiet: bool,
+    /// Models to fetch (default: every known one).
+    names: Vec<String>,
+}
+
+pub fn run(a: &ModelsArgs) -> Result<(), XtaskError> {
+    let options = FetchOptions {
+        progress: !a.quiet,
         offline: false,
     };
-    let mut names = Vec::new();
-    for arg in args {
-        match arg.as_str() {
-            "--quiet" | "-q" => options.progress = false,
-            flag if flag.starts_with('-') => {
-                return Err(XtaskError::BadArguments {
-                    command: "models",
-                    message: format!("unknown flag '{flag}'"),
-                });
-            }
-            name => names.push(name.to_string()),
-        }
-    }
+    let mut names = a.names.clone();
     if names.is_empty() {
         names = known_models().iter().map(|m| m.name.to_string()).collect();
     }

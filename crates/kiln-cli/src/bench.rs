@@ -6,7 +6,9 @@
 //! context and keeps the last token's logits; a `tgN` test evaluates one token, then `N - 1`
 //! more one at a time (BOS first, as llama-bench does). Each test runs once to warm up, then
 //! `-r` times; a sample is tokens / seconds of one repetition, reported as mean ± sample
-//! standard deviation. `-o json` prints a list of objects with llama-bench's field names
+//! standard deviation. With `-d N` (llama-bench's `n_depth`) each test runs after `N`
+//! context tokens already in the cache (evaluated once, untimed, and kept across the
+//! repetitions): `tg128 @ d4096` is decoding at position 4096. `-o json` prints a list of objects with llama-bench's field names
 //! (`model_filename`, `n_prompt`, `n_gen`, `n_threads`, `avg_ts`, `stddev_ts`,
 //! `samples_ts`, …).
 
@@ -44,6 +46,14 @@ pub struct BenchArgs {
         default_value = "128"
     )]
     n_gen: Vec<usize>,
+    /// Context depths to run each test at (tokens already in the cache; llama-bench's -d).
+    #[arg(
+        long = "n-depth",
+        short = 'd',
+        value_delimiter = ',',
+        default_value = "0"
+    )]
+    n_depth: Vec<usize>,
     /// Thread counts to test.
     #[arg(long, short = 't', value_delimiter = ',')]
     threads: Vec<usize>,
@@ -125,13 +135,15 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
     let isa = kiln_quant::try_active_isa()
         .map_err(|e| CliError::Usage(e.to_string()))?
         .to_string();
-    // Tests in llama-bench's order: every prompt length, then every generation length.
-    let tests: Vec<(usize, usize)> = args
+    // Tests in llama-bench's order: every prompt length, then every generation length,
+    // each at every depth.
+    let tests: Vec<(usize, usize, usize)> = args
         .n_prompt
         .iter()
         .filter(|&&p| p > 0)
         .map(|&p| (p, 0))
         .chain(args.n_gen.iter().filter(|&&g| g > 0).map(|&g| (0, g)))
+        .flat_map(|(p, g)| args.n_depth.iter().map(move |&d| (p, g, d)))
         .collect();
 
     let stdout = std::io::stdout();
@@ -151,8 +163,13 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         let loaded = load(reference)?;
         for &t in &threads {
             let pool = crate::threads::pool(t)?;
-            for &(n_prompt, n_gen) in &tests {
-                let row = pool.install(|| measure(&loaded, &args, t, n_prompt, n_gen, &isa))?;
+            for &(n_prompt, n_gen, n_depth) in &tests {
+                let test = Test {
+                    n_prompt,
+                    n_gen,
+                    n_depth,
+                };
+                let row = pool.install(|| measure(&loaded, &args, t, test, &isa))?;
                 match args.output {
                     Format::Md => print_md(&mut out, &loaded, &row)?,
                     Format::Jsonl => {
@@ -258,31 +275,49 @@ impl Tokens {
     }
 }
 
-/// One ppN or tgN test: warm-up, then `reps` timed runs in a fresh context each.
+/// One test: `n_prompt` tokens in one context (ppN) or `n_gen` one at a time (tgN), after
+/// `n_depth` tokens already in the cache.
+#[derive(Clone, Copy, Debug)]
+struct Test {
+    n_prompt: usize,
+    n_gen: usize,
+    n_depth: usize,
+}
+
+/// One test: the depth evaluated once, a warm-up, then `reps` timed runs, each from the
+/// depth on (the context beyond it forgotten before each).
 fn measure(
     m: &Loaded,
     args: &BenchArgs,
     threads: usize,
-    n_prompt: usize,
-    n_gen: usize,
+    test: Test,
     isa: &str,
 ) -> Result<Row, CliError> {
-    let n_ctx = n_prompt + n_gen;
+    let Test {
+        n_prompt,
+        n_gen,
+        n_depth,
+    } = test;
+    let n_ctx = n_depth + n_prompt + n_gen;
     let mut session = Session::new(Arc::clone(&m.model), n_ctx, args.ubatch);
     let mut rng = Tokens(0x6b696c6e);
+    let bos_at = |i: usize| if i == 0 { m.bos } else { None };
+    if n_depth > 0 {
+        let context: Vec<u32> = (0..n_depth)
+            .map(|i| bos_at(i).unwrap_or_else(|| rng.next(m.vocab)))
+            .collect();
+        session.forward(&context, Logits::Last)?;
+    }
     let mut prompt = vec![0u32; n_prompt];
     let mut run = |session: &mut Session, n_prompt: usize, n_gen: usize| -> Result<(), CliError> {
-        session.truncate(0);
+        session.truncate(n_depth);
         if n_prompt > 0 {
             for (i, t) in prompt[..n_prompt].iter_mut().enumerate() {
-                *t = match (i, m.bos) {
-                    (0, Some(bos)) => bos,
-                    _ => rng.next(m.vocab),
-                };
+                *t = bos_at(n_depth + i).unwrap_or_else(|| rng.next(m.vocab));
             }
             session.forward(&prompt[..n_prompt], Logits::Last)?;
         }
-        let mut token = m.bos.unwrap_or_else(|| rng.next(m.vocab));
+        let mut token = bos_at(n_depth).unwrap_or_else(|| rng.next(m.vocab));
         for _ in 0..n_gen {
             session.forward(&[token], Logits::Last)?;
             token = rng.next(m.vocab);
@@ -322,7 +357,7 @@ fn measure(
         type_v: "f16".into(),
         n_prompt,
         n_gen,
-        n_depth: 0,
+        n_depth,
         test_time: iso8601_utc(
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -377,11 +412,14 @@ fn cpu_name() -> String {
 }
 
 fn print_md(out: &mut impl Write, m: &Loaded, r: &Row) -> std::io::Result<()> {
-    let test = if r.n_gen == 0 {
+    let mut test = if r.n_gen == 0 {
         format!("pp{}", r.n_prompt)
     } else {
         format!("tg{}", r.n_gen)
     };
+    if r.n_depth > 0 {
+        test.push_str(&format!(" @ d{}", r.n_depth));
+    }
     let name: String = m.model_type.chars().take(30).collect();
     writeln!(
         out,

@@ -186,3 +186,57 @@ fn writer_refuses_inconsistent_tensors() {
         Err(FormatError::UnsupportedVersion { version: 1 })
     ));
 }
+
+#[test]
+fn streamed_tensors_write_the_same_file_as_tensors_held_in_memory() {
+    let a: Vec<u8> = f32_bytes(&[1.0, 2.0, 3.0]);
+    let b: Vec<u8> = (0..34u8).collect();
+    let mut held = GgufWriter::new();
+    held.add_metadata("general.architecture", "llama").unwrap();
+    held.add_tensor("a", GgmlType::F32, &[3], a.clone())
+        .unwrap();
+    held.add_tensor("b", GgmlType::Q8_0, &[32], b.clone())
+        .unwrap();
+
+    let mut streamed = GgufWriter::new();
+    streamed
+        .add_metadata("general.architecture", "llama")
+        .unwrap();
+    assert_eq!(
+        streamed
+            .add_tensor_streamed("a", GgmlType::F32, &[3])
+            .unwrap(),
+        12
+    );
+    streamed.add_tensor("b", GgmlType::Q8_0, &[32], b).unwrap();
+    let mut asked = Vec::new();
+    let mut bytes = Vec::new();
+    streamed
+        .write_streaming(&mut bytes, &mut |name, out| {
+            asked.push(name.to_string());
+            out.write_all(&a[..5])?;
+            out.write_all(&a[5..])
+        })
+        .unwrap();
+    assert_eq!(asked, ["a"], "only the streamed tensor is asked for");
+    assert_eq!(bytes, held.to_bytes().unwrap());
+}
+
+#[test]
+fn a_streamed_tensor_of_the_wrong_size_is_refused_with_its_name() {
+    let mut w = GgufWriter::new();
+    w.add_tensor_streamed("short", GgmlType::F32, &[4]).unwrap();
+    let err = w
+        .write_streaming(&mut Vec::new(), &mut |_, out| out.write_all(&[0; 12]))
+        .unwrap_err();
+    assert!(
+        matches!(&err, FormatError::TensorSizeMismatch { tensor, expected: 16, actual: 12 } if tensor == "short"),
+        "{err:?}"
+    );
+    // Without a fill (write_to / to_bytes) it has no bytes at all.
+    let err = w.to_bytes().unwrap_err();
+    assert!(
+        matches!(&err, FormatError::TensorSizeMismatch { actual: 0, .. }),
+        "{err:?}"
+    );
+}

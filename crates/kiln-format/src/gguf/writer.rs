@@ -11,6 +11,10 @@ use crate::{FormatError, GgmlType};
 
 /// Builds a GGUF file in memory and writes it out.
 ///
+/// A tensor added with [`GgufWriter::add_tensor_streamed`] has no bytes in memory: its data
+/// is asked for when the file is written ([`GgufWriter::write_streaming`]), so a file of
+/// any size can be written with the memory of one tensor's worth of buffer or less.
+///
 /// Tensors are laid out in the order they were added, each at the next multiple of the
 /// alignment, and the data of each (the last included) is zero-padded to the alignment, as
 /// llama.cpp and the `gguf` Python package do.
@@ -37,7 +41,9 @@ struct PendingTensor {
     name: String,
     dims: Vec<u64>,
     ty: GgmlType,
-    data: Vec<u8>,
+    /// Exactly `size` bytes; `None` when the caller streams them at write time.
+    data: Option<Vec<u8>>,
+    size: u64,
 }
 
 impl Default for GgufWriter {
@@ -100,12 +106,37 @@ impl GgufWriter {
         dims: &[u64],
         data: Vec<u8>,
     ) -> Result<(), FormatError> {
+        self.push(name.into(), ty, dims, Some(data))
+    }
+
+    /// Adds a tensor whose bytes are written later, by the `fill` callback of
+    /// [`GgufWriter::write_streaming`]; returns the byte size the callback must write.
+    pub fn add_tensor_streamed(
+        &mut self,
+        name: impl Into<String>,
+        ty: GgmlType,
+        dims: &[u64],
+    ) -> Result<u64, FormatError> {
         let name = name.into();
+        let size = checked_tensor_size(&name, dims, ty)?;
+        self.push(name, ty, dims, None)?;
+        Ok(size)
+    }
+
+    fn push(
+        &mut self,
+        name: String,
+        ty: GgmlType,
+        dims: &[u64],
+        data: Option<Vec<u8>>,
+    ) -> Result<(), FormatError> {
         if self.names.contains(&name) {
             return Err(FormatError::DuplicateTensor { name });
         }
         let expected = checked_tensor_size(&name, dims, ty)?;
-        if expected != data.len() as u64 {
+        if let Some(data) = &data
+            && expected != data.len() as u64
+        {
             return Err(FormatError::TensorSizeMismatch {
                 tensor: name,
                 expected,
@@ -118,6 +149,7 @@ impl GgufWriter {
             dims: dims.to_vec(),
             ty,
             data,
+            size: expected,
         });
         Ok(())
     }
@@ -131,8 +163,23 @@ impl GgufWriter {
         }
     }
 
-    /// Writes the whole file; returns the number of bytes written.
+    /// Writes the whole file; returns the number of bytes written. A streamed tensor
+    /// ([`GgufWriter::add_tensor_streamed`]) has no bytes here and is
+    /// [`FormatError::TensorSizeMismatch`]: write such a file with
+    /// [`GgufWriter::write_streaming`].
     pub fn write_to(&self, w: &mut dyn Write) -> Result<u64, FormatError> {
+        self.write_streaming(w, &mut |_, _| Ok(()))
+    }
+
+    /// Writes the whole file, calling `fill(name, out)` for each streamed tensor in the
+    /// order the tensors were added; it must write exactly the tensor's size to `out`
+    /// (checked: [`FormatError::TensorSizeMismatch`] otherwise). Returns the number of
+    /// bytes written.
+    pub fn write_streaming(
+        &self,
+        w: &mut dyn Write,
+        fill: &mut dyn FnMut(&str, &mut dyn Write) -> std::io::Result<()>,
+    ) -> Result<u64, FormatError> {
         let alignment = self.alignment()?;
         let mut out = Out { w, n: 0 };
         out.bytes(&GGUF_MAGIC)?;
@@ -153,11 +200,25 @@ impl GgufWriter {
             }
             out.bytes(&t.ty.id().to_le_bytes())?;
             out.bytes(&offset.to_le_bytes())?;
-            offset = padded(offset + t.data.len() as u64, alignment);
+            offset = padded(offset + t.size, alignment);
         }
         out.pad_to(alignment)?;
         for t in &self.tensors {
-            out.bytes(&t.data)?;
+            match &t.data {
+                Some(data) => out.bytes(data)?,
+                None => {
+                    let before = out.n;
+                    fill(&t.name, &mut out).map_err(|source| FormatError::Write { source })?;
+                    let actual = out.n - before;
+                    if actual != t.size {
+                        return Err(FormatError::TensorSizeMismatch {
+                            tensor: t.name.clone(),
+                            expected: t.size,
+                            actual,
+                        });
+                    }
+                }
+            }
             out.pad_to(alignment)?;
         }
         Ok(out.n)
@@ -172,13 +233,24 @@ impl GgufWriter {
 
     /// Creates (or truncates) `path` and writes the file to it.
     pub fn write_file(&self, path: impl AsRef<Path>) -> Result<u64, FormatError> {
+        self.write_file_streaming(path, &mut |_, _| Ok(()))
+    }
+
+    /// Creates (or truncates) `path` and writes the file to it, streaming the tensors
+    /// added with [`GgufWriter::add_tensor_streamed`] as [`GgufWriter::write_streaming`]
+    /// does.
+    pub fn write_file_streaming(
+        &self,
+        path: impl AsRef<Path>,
+        fill: &mut dyn FnMut(&str, &mut dyn Write) -> std::io::Result<()>,
+    ) -> Result<u64, FormatError> {
         let path = path.as_ref();
         let io = |source| FormatError::Io {
             path: path.to_path_buf(),
             source,
         };
-        let mut f = BufWriter::new(File::create(path).map_err(io)?);
-        let n = self.write_to(&mut f).map_err(|e| match e {
+        let mut f = BufWriter::with_capacity(1 << 20, File::create(path).map_err(io)?);
+        let n = self.write_streaming(&mut f, fill).map_err(|e| match e {
             FormatError::Write { source } => io(source),
             e => e,
         })?;
@@ -219,6 +291,18 @@ impl Out<'_> {
             pad -= k;
         }
         Ok(())
+    }
+}
+
+impl Write for Out<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.w.write(buf)?;
+        self.n += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.w.flush()
     }
 }
 

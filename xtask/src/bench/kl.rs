@@ -22,8 +22,8 @@ use kiln_bench::report::{bars_log_svg, markdown_table};
 use serde::{Deserialize, Serialize};
 
 use crate::XtaskError;
-use crate::bench::{
-    Kiln, bad, build_kiln, failed, fixture_text, list, number, out_dir, report_header, unix_now,
+use crate::bench::common::{
+    Kiln, all_cores, build_kiln, failed, fixture_text, out_dir, positive, report_header, unix_now,
     write,
 };
 
@@ -95,54 +95,39 @@ fn ceiling(llama: f64) -> f64 {
 /// Types the quantize-on-load path offers (`kiln perplexity --quantize`).
 const ON_LOAD_TYPES: &[&str] = &["Q8_0", "Q4_0", "Q4_K"];
 
-struct KlArgs {
+/// `cargo xtask bench kl`: quality per weight type and KV type against f32.
+#[derive(clap::Args, Debug)]
+pub struct KlArgs {
+    /// The model (a known name or a path).
+    #[arg(long, short = 'm', default_value = "smollm2-135m")]
     model: String,
+    /// Text chunks of the context size to score.
+    #[arg(long, default_value_t = 8, value_parser = positive)]
     chunks: usize,
+    /// The text to score (default: the committed WikiText-2 slice).
+    #[arg(long, default_value_os_t = fixture_text())]
     text: PathBuf,
+    /// Weight types to requantize to. Not Q4_1 by default: requantizing the shipped Q4_1
+    /// weights gives them back bit for bit, so its row repeats the shipped file's (and
+    /// keeps the suite under 5 minutes).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "Q8_0,Q6_K,Q5_K,Q4_K,Q4_0"
+    )]
     types: Vec<String>,
+    /// KV cache types to compare against an f32 cache.
+    #[arg(long, value_delimiter = ',', default_value = "f16,q8_0,q4_0")]
     kv: Vec<String>,
+    /// Threads (default: all cores).
+    #[arg(long, short = 't', default_value_t = all_cores(), value_parser = positive)]
     threads: usize,
     /// Keep the requantized files and the references (for llama.cpp on the same files);
     /// by default each file is removed once measured, so the suite needs about 1 GB of
     /// disk for SmolLM2 (the F32 copy, reused by later runs, and one variant at a time)
     /// instead of 2.5 GB.
+    #[arg(long)]
     keep_files: bool,
-}
-
-fn parse(args: &[String]) -> Result<KlArgs, XtaskError> {
-    let mut a = KlArgs {
-        model: "smollm2-135m".into(),
-        chunks: 8,
-        text: fixture_text(),
-        // Not Q4_1 by default: requantizing the shipped Q4_1 weights gives them back bit for
-        // bit, so its row repeats the shipped file's (and keeps the suite under 5 minutes).
-        types: list("Q8_0,Q6_K,Q5_K,Q4_K,Q4_0"),
-        kv: list("f16,q8_0,q4_0"),
-        threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        keep_files: false,
-    };
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        let mut value = || {
-            it.next()
-                .cloned()
-                .ok_or_else(|| bad(format!("{flag} needs a value")))
-        };
-        match flag.as_str() {
-            "--model" | "-m" => a.model = value()?,
-            "--chunks" => a.chunks = number("--chunks", Some(&value()?))?,
-            "--text" => a.text = PathBuf::from(value()?),
-            "--types" => a.types = list(&value()?),
-            "--kv" => a.kv = list(&value()?),
-            "--threads" | "-t" => a.threads = number("--threads", Some(&value()?))?,
-            "--keep-files" => a.keep_files = true,
-            other => return Err(bad(format!("bench kl: unknown argument '{other}'"))),
-        }
-    }
-    if a.chunks == 0 || a.threads == 0 {
-        return Err(bad("bench kl needs at least one chunk and one thread"));
-    }
-    Ok(a)
 }
 
 /// What `kiln perplexity --kl-divergence --json` prints (the fields used here).
@@ -332,8 +317,7 @@ fn blocked(table: &'static str, variant: &str, reason: String) -> Row {
     }
 }
 
-pub fn run(args: &[String]) -> Result<(), XtaskError> {
-    let a = parse(args)?;
+pub fn run(a: &KlArgs) -> Result<(), XtaskError> {
     let started = std::time::Instant::now();
     let kiln = build_kiln()?;
     if !kiln.supports("perplexity", &["--kl-base", "--kl-divergence"]) {
@@ -347,11 +331,11 @@ pub fn run(args: &[String]) -> Result<(), XtaskError> {
     let src = kiln_format::GgufFile::open(&model_path)
         .map_err(|e| failed("kl", format!("{}: {e}", model_path.display())))?;
     let shipped_type = kiln_bench::convert::dominant_type(&src);
-    let ctx = Ctx { kiln: &kiln, a: &a };
+    let ctx = Ctx { kiln: &kiln, a };
     let has_quantize = kiln.supports("quantize", &["--type"]);
     let has_on_load = kiln.supports("perplexity", &["--quantize"]);
     let has_kv = kiln.supports("perplexity", &["--kv-type"]);
-    let anchoring = anchored(&a);
+    let anchoring = anchored(a);
     if let Err(why) = &anchoring {
         eprintln!("xtask bench kl: no thresholds (llama.cpp's figures do not apply): {why}");
     }
@@ -627,6 +611,19 @@ fn write_report(out: &Path, s: &KlSuite<'_>, seconds: f64) -> Result<(), XtaskEr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    /// `bench kl`'s options as the command line gives them.
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        kl: KlArgs,
+    }
+
+    fn parse(args: &[String]) -> Result<KlArgs, clap::Error> {
+        let argv = std::iter::once("kl".to_string()).chain(args.iter().cloned());
+        Cli::try_parse_from(argv).map(|c| c.kl)
+    }
 
     #[test]
     fn ceiling_adds_the_floor_to_small_figures_and_the_factor_to_large_ones() {

@@ -1,95 +1,138 @@
 //! `cargo xtask bench perf`: the pp/tg throughput table of the real models (via
 //! `kiln bench`, llama-bench's method and field names), optionally beside llama.cpp's
 //! `llama-bench` measured in the same run, and streaming latency (TTFT, inter-token
-//! latency) of `kiln generate` as a user sees it ([`crate::bench_latency`]).
+//! latency) of `kiln generate` as a user sees it ([`crate::bench::latency`]). With
+//! `--synthetic` the models are synthetic files of real 1B–8B shapes and the comparison is
+//! `bench/synthetic.rs`'s.
 
 use std::path::{Path, PathBuf};
 
-use kiln_bench::report::{Series, histogram_svg, lines_svg, markdown_table};
+use kiln_bench::report::{Series, lines_svg, markdown_table};
 use kiln_bench::{Machine, Spread};
 use serde::{Deserialize, Serialize};
 
 use crate::XtaskError;
-use crate::bench::{
-    bad, build_kiln, failed, list, number, out_dir, report_header, unix_now, write,
+use crate::bench::common::{
+    bad, build_kiln, failed, out_dir, positive, report_header, unix_now, write,
 };
-use crate::bench_latency::{LatencyEntry, stream_latency};
+use crate::bench::latency::{LatencyEntry, latency_markdown, stream_latency};
 
-const DEFAULT_MODELS: &[&str] = &["smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b"];
-
-struct PerfArgs {
-    models: Vec<String>,
-    threads: Vec<usize>,
-    reps: usize,
-    n_prompt: usize,
-    n_gen: usize,
-    llama_bench: Option<PathBuf>,
-    latency: bool,
+/// `cargo xtask bench perf`: pp/tg throughput and streaming latency.
+#[derive(clap::Args, Clone, Debug)]
+pub struct PerfArgs {
+    /// Models (known names or paths), comma-separated.
+    #[arg(
+        long,
+        short = 'm',
+        value_delimiter = ',',
+        default_value = "smollm2-135m,gemma3-270m,qwen2.5-coder-0.5b"
+    )]
+    pub models: Vec<String>,
+    /// Synthetic model shapes instead of the models (`cargo xtask synth` names),
+    /// comma-separated; each file is written first if missing.
+    #[arg(long, value_delimiter = ',')]
+    pub synthetic: Vec<String>,
+    /// The quantization mix of the synthetic files.
+    #[arg(long = "type", default_value = "q4_k_m")]
+    pub mix: String,
+    /// Thread counts, comma-separated.
+    #[arg(long, short = 't', value_delimiter = ',', default_value = "1,2", value_parser = positive)]
+    pub threads: Vec<usize>,
+    /// Repetitions of each test (per round with --synthetic).
+    #[arg(long, short = 'r', default_value_t = 3, value_parser = positive)]
+    pub reps: usize,
+    /// Prompt tokens of the pp test.
+    #[arg(short = 'p', default_value_t = 512)]
+    pub n_prompt: usize,
+    /// Generated tokens of the tg test.
+    #[arg(short = 'n', default_value_t = 128)]
+    pub n_gen: usize,
+    /// With --synthetic: prompt tokens of the long-prompt test.
+    #[arg(long, default_value_t = 4096)]
+    pub long_prompt: usize,
+    /// With --synthetic: the context depth of the decode-at-depth test (llama-bench's -d).
+    #[arg(long, short = 'd', default_value_t = 4096)]
+    pub depth: usize,
+    /// With --synthetic: at most this many alternating rounds (engine order rotated each
+    /// round); they stop earlier, after two, once every ratio's 95% interval is within ±5%.
+    #[arg(long, default_value_t = 4, value_parser = positive)]
+    pub rounds: usize,
+    /// A `llama-bench` to measure on the same files in the same run (repeatable with
+    /// --synthetic: llama.cpp's, ik_llama.cpp's); `LABEL=PATH` names it in the report.
+    #[arg(long)]
+    pub llama_bench: Vec<String>,
+    /// A fast smoke run: pp64, tg16 and, with --synthetic, long prompt 256 and depth 256;
+    /// one repetition, one round.
+    #[arg(long)]
+    pub quick: bool,
+    /// Skip the streaming-latency measurement.
+    #[arg(long = "no-latency", action = clap::ArgAction::SetFalse)]
+    pub latency: bool,
 }
 
-fn parse(args: &[String]) -> Result<PerfArgs, XtaskError> {
-    let mut a = PerfArgs {
-        models: DEFAULT_MODELS.iter().map(|s| s.to_string()).collect(),
-        threads: vec![1, 2],
-        reps: 3,
-        n_prompt: 512,
-        n_gen: 128,
-        llama_bench: None,
-        latency: true,
-    };
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        match flag.as_str() {
-            "--models" | "-m" => {
-                a.models = list(it.next().ok_or_else(|| bad("--models needs a value"))?)
-            }
-            "--threads" | "-t" => {
-                a.threads = list(it.next().ok_or_else(|| bad("--threads needs a value"))?)
-                    .iter()
-                    .map(|t| number("--threads", Some(t)))
-                    .collect::<Result<_, _>>()?
-            }
-            "--reps" | "-r" => a.reps = number("--reps", it.next())?,
-            "-p" => a.n_prompt = number("-p", it.next())?,
-            "-n" => a.n_gen = number("-n", it.next())?,
-            "--llama-bench" => {
-                a.llama_bench = Some(PathBuf::from(
-                    it.next().ok_or_else(|| bad("--llama-bench needs a path"))?,
-                ))
-            }
-            "--no-latency" => a.latency = false,
-            other => return Err(bad(format!("bench perf: unknown argument '{other}'"))),
+impl PerfArgs {
+    /// These settings with a `--quick` run's sizes.
+    pub fn quickened(&self) -> PerfArgs {
+        PerfArgs {
+            reps: 1,
+            n_prompt: 64,
+            n_gen: 16,
+            long_prompt: 256,
+            depth: 256,
+            rounds: 1,
+            ..self.clone()
         }
     }
-    if a.models.is_empty() || a.threads.is_empty() || a.threads.contains(&0) || a.reps == 0 {
-        return Err(bad(
-            "bench perf needs models, thread counts ≥ 1 and at least one repetition",
-        ));
+}
+
+/// A `--llama-bench` value: its label and path. Unlabelled, a path naming `ik_llama` is
+/// "ik_llama.cpp" and any other "llama.cpp".
+pub fn llama_bench_label(value: &str) -> (String, PathBuf) {
+    match value.split_once('=') {
+        Some((label, path)) if !label.is_empty() && !label.contains('/') => {
+            (label.to_string(), PathBuf::from(path))
+        }
+        _ => {
+            let label = if value.contains("ik_llama") {
+                "ik_llama.cpp"
+            } else {
+                "llama.cpp"
+            };
+            (label.to_string(), PathBuf::from(value))
+        }
     }
-    Ok(a)
 }
 
 /// One row of `kiln bench -o json` or `llama-bench -o json` (the fields both print).
 #[derive(Clone, Debug, Deserialize, Serialize)]
-struct BenchRow {
-    model_filename: String,
+pub struct BenchRow {
+    pub model_filename: String,
     #[serde(default)]
-    model_type: String,
-    n_prompt: usize,
-    n_gen: usize,
-    n_threads: usize,
-    avg_ts: f64,
-    stddev_ts: f64,
+    pub model_type: String,
+    pub n_prompt: usize,
+    pub n_gen: usize,
+    /// Context tokens already in the cache (llama-bench's `-d`; older builds print none).
     #[serde(default)]
-    samples_ts: Vec<f64>,
+    pub n_depth: usize,
+    pub n_threads: usize,
+    pub avg_ts: f64,
+    pub stddev_ts: f64,
+    #[serde(default)]
+    pub samples_ts: Vec<f64>,
 }
 
 impl BenchRow {
-    fn test(&self) -> String {
-        if self.n_gen == 0 {
+    /// llama-bench's test name: `pp512`, `tg128`, `tg128 @ d4096`.
+    pub fn test(&self) -> String {
+        let t = if self.n_gen == 0 {
             format!("pp{}", self.n_prompt)
         } else {
             format!("tg{}", self.n_gen)
+        };
+        if self.n_depth > 0 {
+            format!("{t} @ d{}", self.n_depth)
+        } else {
+            t
         }
     }
 }
@@ -119,7 +162,7 @@ struct PerfReport<'a> {
     timestamp: u64,
 }
 
-fn spread(row: &BenchRow) -> Spread {
+pub fn spread(row: &BenchRow) -> Spread {
     Spread::of(&row.samples_ts).unwrap_or(Spread {
         n: 1,
         mean: row.avg_ts,
@@ -130,12 +173,25 @@ fn spread(row: &BenchRow) -> Spread {
     })
 }
 
-fn fmt_spread(s: &Spread) -> String {
+pub fn fmt_spread(s: &Spread) -> String {
     format!("{:.1} ± {:.1}", s.mean, s.sd)
 }
 
-pub fn run(args: &[String]) -> Result<(), XtaskError> {
-    let a = parse(args)?;
+pub fn run(a: &PerfArgs) -> Result<(), XtaskError> {
+    if a.quick {
+        return run(&PerfArgs {
+            quick: false,
+            ..a.quickened()
+        });
+    }
+    if a.models.is_empty() {
+        return Err(bad("bench perf needs at least one model"));
+    }
+    if a.llama_bench.len() > 1 {
+        return Err(bad(
+            "bench perf compares the shipped models with one --llama-bench; several need --synthetic",
+        ));
+    }
     let kiln = build_kiln()?;
     if !kiln.supports("bench", &["--n-prompt", "--repetitions", "--output"]) {
         return Err(failed(
@@ -179,8 +235,8 @@ pub fn run(args: &[String]) -> Result<(), XtaskError> {
                 "json".into(),
             ],
         )?;
-        let llama_rows = match &a.llama_bench {
-            Some(lb) => llama_bench(lb, &path, &a, &threads)?,
+        let llama_rows = match a.llama_bench.first() {
+            Some(lb) => llama_bench(&llama_bench_label(lb).1, &path, a, &threads)?,
             None => Vec::new(),
         };
         for r in &kiln_rows {
@@ -204,7 +260,7 @@ pub fn run(args: &[String]) -> Result<(), XtaskError> {
             latency.push(stream_latency(&kiln, model, &path, t, a.reps, a.n_gen)?);
         }
     }
-    write_report(&out, &a, &machine, &rows, &latency)
+    write_report(&out, a, &machine, &rows, &latency)
 }
 
 fn llama_bench(
@@ -336,85 +392,7 @@ fn write_report(
         md.push_str(&format!("\n![{model} tokens/s]({name})\n"));
     }
     if !latency.is_empty() {
-        md.push_str(&format!(
-            "\n## Streaming latency (`kiln generate`, greedy, {} tokens, short prompt)\n\n\
-             TTFT is from process start to the first streamed text (so it includes start-up \
-             and model load); ITL is the gap between consecutive writes to stdout. Throughput \
-             is the median over runs with a seeded bootstrap 95% interval; runs stop once their \
-             CV is below 5% (at least {} runs).\n\n",
-            a.n_gen, a.reps
-        ));
-        let ms = |x: f64| format!("{x:.1}");
-        let lat: Vec<Vec<String>> = latency
-            .iter()
-            .map(|l| {
-                let s = &l.summary;
-                let r = &l.result;
-                vec![
-                    l.model.clone(),
-                    r.config.threads.to_string(),
-                    r.iterations.to_string(),
-                    r.model_load_ms.map_or("–".into(), ms),
-                    s.ttft.as_ref().map_or("–".into(), |t| {
-                        format!("{} / {} / {}", ms(t.p50_ms), ms(t.p95_ms), ms(t.p99_ms))
-                    }),
-                    s.itl.as_ref().map_or("–".into(), |i| {
-                        format!(
-                            "{} ± {} / {} / {}",
-                            ms(i.median_ms),
-                            ms(i.std_dev_ms),
-                            ms(i.p99_ms),
-                            ms(i.p999_ms)
-                        )
-                    }),
-                    match (s.throughput_median, s.throughput_ci_95) {
-                        (Some(m), Some(ci)) => {
-                            format!("{m:.1} [{:.1}, {:.1}]", ci.lower, ci.upper)
-                        }
-                        _ => "–".into(),
-                    },
-                    format!("{:.3}", s.cv_final),
-                    r.peak_memory_bytes.map_or("–".into(), |b| {
-                        format!("{:.0} MiB", b as f64 / (1u64 << 20) as f64)
-                    }),
-                    s.joules_per_token
-                        .map_or("not metered".into(), |j| format!("{j:.3} J")),
-                ]
-            })
-            .collect();
-        md.push_str(&markdown_table(
-            &[
-                "model",
-                "threads",
-                "runs",
-                "load ms",
-                "TTFT p50 / p95 / p99 ms",
-                "ITL median ± sd / p99 / p99.9 ms",
-                "gen tokens/s [95% CI]",
-                "CV",
-                "peak RSS",
-                "energy/token",
-            ],
-            &lat,
-        ));
-        for l in latency {
-            if l.result.itl_ms.is_empty() {
-                continue;
-            }
-            let name = format!("itl-{}.svg", l.model);
-            histogram_svg(
-                &out.join(&name),
-                &format!(
-                    "{}: inter-token latency, {} threads",
-                    l.model, l.result.config.threads
-                ),
-                "ms",
-                &l.result.itl_ms,
-                40,
-            )
-            .map_err(plot_err)?;
-            md.push_str(&format!("\n![{} ITL histogram]({name})\n", l.model));
-        }
+        md.push_str(&latency_markdown(out, latency, a.n_gen, a.reps)?);
     }
     write(&out.join("perf.md"), &md)?;
     println!("{md}");
@@ -423,4 +401,46 @@ fn write_report(
         out.join("perf.md").display()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn llama_bench_values_are_labelled_by_their_prefix_or_their_path() {
+        let (l, p) = llama_bench_label("mine=build/bin/llama-bench");
+        assert_eq!(
+            (l.as_str(), p),
+            ("mine", PathBuf::from("build/bin/llama-bench"))
+        );
+        let (l, _) = llama_bench_label("ext/ik_llama.cpp/build/bin/llama-bench");
+        assert_eq!(l, "ik_llama.cpp");
+        let (l, p) = llama_bench_label("ext/llama.cpp/build/bin/llama-bench");
+        assert_eq!(
+            (l.as_str(), p),
+            (
+                "llama.cpp",
+                PathBuf::from("ext/llama.cpp/build/bin/llama-bench")
+            )
+        );
+    }
+
+    #[test]
+    fn rows_at_a_depth_are_named_as_llama_bench_names_them() {
+        let row = |n_prompt, n_gen, n_depth| BenchRow {
+            model_filename: String::new(),
+            model_type: String::new(),
+            n_prompt,
+            n_gen,
+            n_depth,
+            n_threads: 1,
+            avg_ts: 1.0,
+            stddev_ts: 0.0,
+            samples_ts: Vec::new(),
+        };
+        assert_eq!(row(512, 0, 0).test(), "pp512");
+        assert_eq!(row(0, 128, 0).test(), "tg128");
+        assert_eq!(row(0, 128, 4096).test(), "tg128 @ d4096");
+    }
 }

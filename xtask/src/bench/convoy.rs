@@ -35,58 +35,32 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::XtaskError;
-use crate::bench::{bad, build_kiln, failed, fixture_text, number, out_dir, write};
+use crate::bench::common::{bad, build_kiln, failed, fixture_text, out_dir, positive, write};
 
-struct Args {
+/// `cargo xtask bench convoy`: short requests alone vs mixed with long ones.
+#[derive(clap::Args, Debug)]
+pub struct ConvoyArgs {
+    /// The model (a known name or a path).
+    #[arg(long, default_value = "smollm2-135m")]
     model: String,
+    /// Scales the long requests' lengths (0 < F ≤ 1).
+    #[arg(long, default_value_t = 1.0)]
     scale: f64,
+    /// Short requests.
+    #[arg(long, default_value_t = 100, value_parser = positive)]
     shorts: usize,
+    /// Long requests.
+    #[arg(long, default_value_t = 10)]
     longs: usize,
+    /// Concurrent clients.
+    #[arg(long, default_value_t = 8, value_parser = positive)]
     clients: usize,
+    /// Server threads (default: kiln's).
+    #[arg(long, value_parser = positive)]
     threads: Option<usize>,
+    /// The server's KV memory budget (`kiln serve --kv-memory`).
+    #[arg(long)]
     kv_memory: Option<String>,
-}
-
-fn parse(args: &[String]) -> Result<Args, XtaskError> {
-    let mut a = Args {
-        model: "smollm2-135m".into(),
-        scale: 1.0,
-        shorts: 100,
-        longs: 10,
-        clients: 8,
-        threads: None,
-        kv_memory: None,
-    };
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        match flag.as_str() {
-            "--model" => {
-                a.model = it
-                    .next()
-                    .ok_or_else(|| bad("--model needs a value"))?
-                    .clone()
-            }
-            "--scale" => a.scale = number("--scale", it.next())?,
-            "--shorts" => a.shorts = number("--shorts", it.next())?,
-            "--longs" => a.longs = number("--longs", it.next())?,
-            "--clients" => a.clients = number("--clients", it.next())?,
-            "--threads" => a.threads = Some(number("--threads", it.next())?),
-            "--kv-memory" => {
-                a.kv_memory = Some(
-                    it.next()
-                        .ok_or_else(|| bad("--kv-memory needs a value"))?
-                        .clone(),
-                )
-            }
-            other => return Err(bad(format!("bench convoy: unknown argument '{other}'"))),
-        }
-    }
-    if !(a.scale > 0.0 && a.scale <= 1.0) || a.shorts == 0 || a.clients == 0 {
-        return Err(bad(
-            "bench convoy needs 0 < --scale ≤ 1, --shorts ≥ 1 and --clients ≥ 1",
-        ));
-    }
-    Ok(a)
 }
 
 const SHORT_IN: usize = 32;
@@ -149,7 +123,7 @@ fn free_port() -> Result<u16, XtaskError> {
         .map_err(|e| failed("serve", e.to_string()))
 }
 
-fn start_server(a: &Args, ctx: usize) -> Result<Served, XtaskError> {
+fn start_server(a: &ConvoyArgs, ctx: usize) -> Result<Served, XtaskError> {
     let kiln = build_kiln()?;
     let port = free_port()?;
     let mut cmd = kiln.command();
@@ -533,8 +507,10 @@ fn prompts(ids: &[u32], bos: Option<u32>, n: usize, len: usize, salt: usize) -> 
         .collect()
 }
 
-pub fn run(args: &[String]) -> Result<(), XtaskError> {
-    let a = parse(args)?;
+pub fn run(a: &ConvoyArgs) -> Result<(), XtaskError> {
+    if !(a.scale > 0.0 && a.scale <= 1.0) {
+        return Err(bad("bench convoy needs 0 < --scale ≤ 1"));
+    }
     let long_in = ((LONG_IN as f64 * a.scale).round() as usize).max(SHORT_IN);
     let long_out = ((LONG_OUT as f64 * a.scale).round() as usize).max(1);
     let ctx = (long_in + long_out).max(SHORT_IN + SHORT_OUT);
@@ -558,7 +534,7 @@ pub fn run(args: &[String]) -> Result<(), XtaskError> {
         "xtask bench convoy: {} — shorts {}×({SHORT_IN} in, {SHORT_OUT} out) by {} clients; longs {}×({long_in} in, {long_out} out), scale {}",
         a.model, a.shorts, a.clients, a.longs, a.scale
     );
-    let server = start_server(&a, ctx)?;
+    let server = start_server(a, ctx)?;
     let base = server.base.clone();
     // Warm-up (page in the weights).
     let _ = phase(&base, &prompts(&ids, bos, 2, SHORT_IN, 123), &[], 2, &bias);
@@ -696,7 +672,7 @@ fn markdown(r: &ConvoyReport) -> String {
     let f = |x: f64| format!("{x:.1}");
     let mut md = format!(
         "# Convoy suite\n\n{}- model: {}; scale {} — shorts {}×({} in, {} out) by {} clients, longs {}×({} in, {} out)\n",
-        crate::bench::report_header(&r.machine),
+        crate::bench::common::report_header(&r.machine),
         r.model,
         r.scale,
         r.shorts,

@@ -15,58 +15,33 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::XtaskError;
-use crate::bench::{bad, build_kiln, failed, number, out_dir, write};
+use crate::bench::common::{bad, build_kiln, failed, out_dir, positive, write};
 use crate::soak_driver::{self as driver, Limits, Plan, Tally};
 
-struct Args {
+/// `cargo xtask bench soak`: serving under load and faults.
+#[derive(clap::Args, Debug)]
+pub struct SoakArgs {
+    /// The model (a known name or a path).
+    #[arg(long, default_value = "smollm2-135m")]
     model: String,
+    /// Concurrent clients.
+    #[arg(long, default_value_t = 64, value_parser = positive)]
     clients: usize,
+    /// Of those, clients that mix in faults and over-limit requests.
+    #[arg(long, default_value_t = 16)]
     mixed: usize,
+    /// Length of the measured phase.
+    #[arg(long, default_value_t = 120.0)]
     seconds: f64,
+    /// Length of the warm-up phase.
+    #[arg(long, default_value_t = 15.0)]
     warmup: f64,
+    /// Server threads (default: kiln's).
+    #[arg(long, value_parser = positive)]
     threads: Option<usize>,
+    /// Seed of the load's random choices.
+    #[arg(long, default_value_t = 9)]
     seed: u64,
-}
-
-fn parse(args: &[String]) -> Result<Args, XtaskError> {
-    let mut a = Args {
-        model: "smollm2-135m".into(),
-        clients: 64,
-        mixed: 16,
-        seconds: 120.0,
-        warmup: 15.0,
-        threads: None,
-        seed: 9,
-    };
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        match flag.as_str() {
-            "--model" => {
-                a.model = it
-                    .next()
-                    .ok_or_else(|| bad("--model needs a value"))?
-                    .clone()
-            }
-            "--clients" => a.clients = number("--clients", it.next())?,
-            "--mixed" => a.mixed = number("--mixed", it.next())?,
-            "--seconds" => a.seconds = number("--seconds", it.next())?,
-            "--warmup" => a.warmup = number("--warmup", it.next())?,
-            "--threads" => a.threads = Some(number("--threads", it.next())?),
-            "--seed" => a.seed = number("--seed", it.next())?,
-            other => return Err(bad(format!("soak: unknown option {other}"))),
-        }
-    }
-    if a.clients == 0
-        || a.seconds.is_nan()
-        || a.seconds <= 0.0
-        || a.warmup.is_nan()
-        || a.warmup < 0.0
-    {
-        return Err(bad(
-            "soak: --clients must be at least 1 and --seconds positive",
-        ));
-    }
-    Ok(a)
 }
 
 /// The limits `kiln serve` is started with (small, so the load can go over each).
@@ -89,7 +64,7 @@ impl Drop for Served {
     }
 }
 
-fn start(a: &Args, clients: usize) -> Result<Served, XtaskError> {
+fn start(a: &SoakArgs, clients: usize) -> Result<Served, XtaskError> {
     let kiln = build_kiln()?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -161,10 +136,14 @@ struct Report {
     passed: bool,
 }
 
-pub fn run(args: &[String]) -> Result<(), XtaskError> {
-    let a = parse(args)?;
+pub fn run(a: &SoakArgs) -> Result<(), XtaskError> {
+    if a.seconds.is_nan() || a.seconds <= 0.0 || a.warmup.is_nan() || a.warmup < 0.0 {
+        return Err(bad(
+            "soak: --seconds must be positive and --warmup not negative",
+        ));
+    }
     let load_start = loadavg();
-    let served = start(&a, a.clients)?;
+    let served = start(a, a.clients)?;
     let pid = served.child.id();
     let base = served.base.clone();
     eprintln!("xtask soak: computing the greedy references (lone requests)");

@@ -1,24 +1,13 @@
-//! `cargo xtask bench perf | kl | convoy`: the benchmark suites. Each builds the release `kiln`
-//! binary, drives it as a user would, and writes JSON, Markdown and SVG plots under
-//! `<target>/kiln-bench/<suite>/`.
+//! What every benchmark suite shares: locating the workspace and its output directory,
+//! building and driving the release `kiln` binary, and the small functions of reports and
+//! errors. A leaf: it uses no suite.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use crate::XtaskError;
-use crate::bench_kl;
-use crate::bench_perf;
-
-pub fn run(args: &[String]) -> Result<(), XtaskError> {
-    match args.split_first() {
-        Some((suite, rest)) if suite == "perf" => bench_perf::run(rest),
-        Some((suite, rest)) if suite == "kl" => bench_kl::run(rest),
-        Some((suite, rest)) if suite == "convoy" => crate::bench_convoy::run(rest),
-        Some((suite, rest)) if suite == "soak" => crate::bench_soak::run(rest),
-        _ => Err(bad("expected a suite: perf, kl, convoy or soak")),
-    }
-}
-
 pub fn bad(message: impl Into<String>) -> XtaskError {
     XtaskError::BadArguments {
         command: "bench",
@@ -145,20 +134,18 @@ impl Kiln {
     }
 }
 
-/// Splits a comma-separated option value.
-pub fn list(v: &str) -> Vec<String> {
-    v.split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .collect()
+/// Parses a count that must be at least 1 (a clap value parser).
+pub fn positive(v: &str) -> Result<usize, String> {
+    match v.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_string()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("'{v}' is not a whole number")),
+    }
 }
 
-/// Parses a number option.
-pub fn number<T: std::str::FromStr>(flag: &str, v: Option<&String>) -> Result<T, XtaskError> {
-    let v = v.ok_or_else(|| bad(format!("{flag} needs a value")))?;
-    v.parse()
-        .map_err(|_| bad(format!("{flag}: '{v}' is not a valid number")))
+/// Every core the process may use (the default thread count of some suites).
+pub fn all_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// Writes a file, naming it in the error.
@@ -201,4 +188,71 @@ pub fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
+}
+
+/// Peak resident set size (`VmHWM`) of a running process, bytes.
+pub fn vm_hwm(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines().find_map(|l| {
+        let kb: u64 = l
+            .strip_prefix("VmHWM:")?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()?;
+        Some(kb * 1024)
+    })
+}
+
+/// What [`run_measured`] saw of a process.
+pub struct Measured {
+    pub output: Output,
+    /// Its peak RSS as last sampled before it exited (`VmHWM` only grows, so this is the
+    /// peak unless it rose in the last sampling interval).
+    pub peak_rss: Option<u64>,
+}
+
+/// Runs `cmd` to the end with its output captured, sampling its peak RSS every 20 ms.
+pub fn run_measured(cmd: &mut Command) -> std::io::Result<Measured> {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    let pid = child.id();
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut v);
+            }
+            v
+        })
+    };
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let mut peak_rss = None;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        peak_rss = vm_hwm(pid).or(peak_rss);
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let join = |h: std::thread::JoinHandle<Vec<u8>>| h.join().unwrap_or_default();
+    Ok(Measured {
+        output: Output {
+            status,
+            stdout: join(out),
+            stderr: join(err),
+        },
+        peak_rss,
+    })
 }

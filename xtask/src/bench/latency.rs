@@ -8,13 +8,59 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Instant;
 
+use kiln_bench::report::{histogram_svg, markdown_table};
 use kiln_bench::{
-    BenchmarkConfig, BenchmarkResult, BenchmarkSummary, StopRule, sample_until_stable,
+    BenchmarkConfig, BenchmarkResult, BenchmarkSummary, Machine, StopRule, sample_until_stable,
 };
 use serde::Serialize;
 
 use crate::XtaskError;
-use crate::bench::{Kiln, failed, unix_now};
+use crate::bench::common::{
+    Kiln, all_cores, build_kiln, failed, out_dir, positive, report_header, unix_now, vm_hwm, write,
+};
+
+/// `cargo xtask bench latency`: streaming latency of one model alone (`bench perf`
+/// measures it after each model's throughput).
+#[derive(clap::Args, Debug)]
+pub struct LatencyArgs {
+    /// The model (a known name or a path).
+    #[arg(long, short = 'm', default_value = "smollm2-135m")]
+    model: String,
+    /// Threads.
+    #[arg(long, short = 't', default_value_t = all_cores(), value_parser = positive)]
+    threads: usize,
+    /// Runs at least (at most three times as many, until the throughput's CV is below 5%).
+    #[arg(long, short = 'r', default_value_t = 3, value_parser = positive)]
+    reps: usize,
+    /// Tokens generated per run.
+    #[arg(short = 'n', default_value_t = 128, value_parser = positive)]
+    n_gen: usize,
+}
+
+pub fn run(a: &LatencyArgs) -> Result<(), XtaskError> {
+    let kiln = build_kiln()?;
+    let path = kiln_hub::resolve(&a.model).map_err(|e| {
+        failed(
+            "latency",
+            format!("{}: {e} (run `cargo xtask models`)", a.model),
+        )
+    })?;
+    let out = out_dir("latency")?;
+    let machine = Machine::detect();
+    let entry = stream_latency(&kiln, &a.model, &path, a.threads, a.reps, a.n_gen)?;
+    let entries = [entry];
+    let json = serde_json::to_string_pretty(&entries)
+        .map_err(|e| failed("output", format!("cannot encode the report: {e}")))?;
+    write(&out.join("latency.json"), json)?;
+    let md = format!(
+        "# kiln bench latency\n\n{}{}",
+        report_header(&machine),
+        latency_markdown(&out, &entries, a.n_gen, a.reps)?
+    );
+    write(&out.join("latency.md"), &md)?;
+    println!("{md}");
+    Ok(())
+}
 
 #[derive(Serialize)]
 pub struct LatencyEntry {
@@ -61,20 +107,6 @@ fn parse_summary(stderr: &str) -> (Option<f64>, Option<usize>, Option<u64>, Opti
         .and_then(|p| p.split_whitespace().next())
         .and_then(|s| s.parse().ok());
     (load, prompt, generated, tps)
-}
-
-fn vm_hwm(pid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines().find_map(|l| {
-        let kb: u64 = l
-            .strip_prefix("VmHWM:")?
-            .trim()
-            .trim_end_matches("kB")
-            .trim()
-            .parse()
-            .ok()?;
-        Some(kb * 1024)
-    })
 }
 
 /// Runs `kiln generate` with streamed output and timestamps every write it makes.
@@ -219,4 +251,96 @@ pub fn stream_latency(
         result,
         writes,
     })
+}
+
+/// The Markdown section (table and ITL histograms, written into `out`) of `latency`
+/// entries measured with `n_gen` tokens and at least `reps` runs.
+pub fn latency_markdown(
+    out: &Path,
+    latency: &[LatencyEntry],
+    n_gen: usize,
+    reps: usize,
+) -> Result<String, XtaskError> {
+    let plot_err = |e: kiln_bench::BenchError| failed("plot", e.to_string());
+    let mut md = String::new();
+    md.push_str(&format!(
+        "\n## Streaming latency (`kiln generate`, greedy, {} tokens, short prompt)\n\n\
+         TTFT is from process start to the first streamed text (so it includes start-up \
+         and model load); ITL is the gap between consecutive writes to stdout. Throughput \
+         is the median over runs with a seeded bootstrap 95% interval; runs stop once their \
+         CV is below 5% (at least {} runs).\n\n",
+        n_gen, reps
+    ));
+    let ms = |x: f64| format!("{x:.1}");
+    let lat: Vec<Vec<String>> = latency
+        .iter()
+        .map(|l| {
+            let s = &l.summary;
+            let r = &l.result;
+            vec![
+                l.model.clone(),
+                r.config.threads.to_string(),
+                r.iterations.to_string(),
+                r.model_load_ms.map_or("–".into(), ms),
+                s.ttft.as_ref().map_or("–".into(), |t| {
+                    format!("{} / {} / {}", ms(t.p50_ms), ms(t.p95_ms), ms(t.p99_ms))
+                }),
+                s.itl.as_ref().map_or("–".into(), |i| {
+                    format!(
+                        "{} ± {} / {} / {}",
+                        ms(i.median_ms),
+                        ms(i.std_dev_ms),
+                        ms(i.p99_ms),
+                        ms(i.p999_ms)
+                    )
+                }),
+                match (s.throughput_median, s.throughput_ci_95) {
+                    (Some(m), Some(ci)) => {
+                        format!("{m:.1} [{:.1}, {:.1}]", ci.lower, ci.upper)
+                    }
+                    _ => "–".into(),
+                },
+                format!("{:.3}", s.cv_final),
+                r.peak_memory_bytes.map_or("–".into(), |b| {
+                    format!("{:.0} MiB", b as f64 / (1u64 << 20) as f64)
+                }),
+                s.joules_per_token
+                    .map_or("not metered".into(), |j| format!("{j:.3} J")),
+            ]
+        })
+        .collect();
+    md.push_str(&markdown_table(
+        &[
+            "model",
+            "threads",
+            "runs",
+            "load ms",
+            "TTFT p50 / p95 / p99 ms",
+            "ITL median ± sd / p99 / p99.9 ms",
+            "gen tokens/s [95% CI]",
+            "CV",
+            "peak RSS",
+            "energy/token",
+        ],
+        &lat,
+    ));
+    for l in latency {
+        if l.result.itl_ms.is_empty() {
+            continue;
+        }
+        let name = format!("itl-{}.svg", l.model);
+        histogram_svg(
+            &out.join(&name),
+            &format!(
+                "{}: inter-token latency, {} threads",
+                l.model, l.result.config.threads
+            ),
+            "ms",
+            &l.result.itl_ms,
+            40,
+        )
+        .map_err(plot_err)?;
+        md.push_str(&format!("\n![{} ITL histogram]({name})\n", l.model));
+    }
+    Ok(md)
 }
