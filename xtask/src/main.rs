@@ -42,8 +42,9 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// The gate: neon (aarch64 check, skipped if the target is absent), test-aarch64
-    /// (skipped without qemu and the cross linker), format, lint, models, test (release).
+    /// The gate: neon (aarch64 check; the target is installed when missing), test-aarch64
+    /// (NEON tests under qemu-user; qemu and the cross linker are installed when missing),
+    /// format, lint, models, test (release).
     Ci {
         /// A step to leave out (repeatable).
         #[arg(long = "skip", value_name = "STEP")]

@@ -1,4 +1,5 @@
-//! `cargo xtask bench convoy`: the seed's serving test. Starts the release `kiln serve`
+//! `cargo xtask bench convoy`: the serving test of
+//! long and short requests mixed. Starts the release `kiln serve`
 //! on loopback, then drives it over HTTP (blocking client, one thread per in-flight
 //! request):
 //!
@@ -18,7 +19,7 @@
 //! streams with a token that sent no text (the first byte of a multi-byte character), whose
 //! client sees a gap of two steps there.
 //!
-//! Criteria (the seed's): short p99 TTFT in the convoy at most 50% above the baseline;
+//! Criteria: short p99 TTFT in the convoy at most 50% above the baseline;
 //! head-of-line blocking (the longest stall of any running short stream, i.e. its largest
 //! inter-token gap) at most 500 ms; mean KV fragmentation at most 15%.
 

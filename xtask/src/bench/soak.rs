@@ -1,5 +1,5 @@
-//! `cargo xtask bench soak`: the server under load and faults (issue 9 part 3, issue 8's
-//! 64-client check). Starts the release `kiln serve` on loopback with small limits, computes
+//! `cargo xtask bench soak`: the server under sustained load and faults, and the 64-client
+//! check. Starts the release `kiln serve` on loopback with small limits, computes
 //! each greedy reference by a lone request, warms up, then runs `--clients` streaming clients
 //! plus `--mixed` clients of the whole mix (see `soak_driver.rs`) for `--seconds`. Checks:
 //! nothing lost, no wrong answer or wrong refusal, every completed response well-formed, KV
