@@ -19,7 +19,6 @@ pub(crate) fn build(md: &Metadata, store: &WeightStore) -> Result<ModelSpec, Mod
         NormKind::Layer,
     )?;
     cfg.n_rot = 0;
-    cfg.gated_ffn = false;
     cfg.validate()?;
     let opts = BlockTensors {
         qkv: Qkv::FusedOrSeparate,

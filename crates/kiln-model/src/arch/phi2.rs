@@ -20,7 +20,6 @@ pub(crate) fn build(md: &Metadata, store: &WeightStore) -> Result<ModelSpec, Mod
         Activation::GeluTanh,
         NormKind::Layer,
     )?;
-    cfg.gated_ffn = false;
     cfg.parallel_residual = true;
     cfg.validate()?;
     let opts = BlockTensors {
