@@ -246,6 +246,7 @@ impl Candidate {
 /// first candidate, it gets the floor instead: the largest chunk of at most
 /// [`MIN_PREFILL_CHUNK`] tokens whose own predicted cost is ≤ [`FLOOR_SHARE`] of the
 /// target, and at least 1.
+#[cfg(test)]
 pub(crate) fn prefill_chunks(
     cost: &StepCost,
     target_ms: f64,
@@ -253,7 +254,22 @@ pub(crate) fn prefill_chunks(
     decode: &Work,
     candidates: &[Candidate],
 ) -> Vec<usize> {
-    let mut out = vec![0; candidates.len()];
+    let mut out = Vec::new();
+    prefill_chunks_into(cost, target_ms, budget, decode, candidates, &mut out);
+    out
+}
+
+/// [`prefill_chunks`] into `out` (cleared first), so a step reuses one buffer.
+pub(crate) fn prefill_chunks_into(
+    cost: &StepCost,
+    target_ms: f64,
+    budget: usize,
+    decode: &Work,
+    candidates: &[Candidate],
+    out: &mut Vec<usize>,
+) {
+    out.clear();
+    out.resize(candidates.len(), 0);
     let mut left = budget;
     let limited = decode.tokens() > 0.0 && target_ms > 0.0;
     let Some(base) = cost.predict(decode).filter(|_| limited) else {
@@ -261,7 +277,7 @@ pub(crate) fn prefill_chunks(
             *o = c.remaining.min(left);
             left -= *o;
         }
-        return out;
+        return;
     };
     let mut work = *decode;
     for (i, (c, o)) in candidates.iter().zip(out.iter_mut()).enumerate() {
@@ -281,7 +297,6 @@ pub(crate) fn prefill_chunks(
             work.add(c.row(n));
         }
     }
-    out
 }
 
 /// The largest `n ≤ max` with `fits(n)` (0 if none), for a `fits` that holds up to some

@@ -23,9 +23,9 @@ mod request;
 mod scheduler;
 mod sequence;
 
-#[doc(hidden)]
-pub use config::FaultPlan;
 pub use config::{EngineConfig, MIN_PREFILL_CHUNK};
+#[doc(hidden)]
+pub use config::{FaultPlan, StepProbe};
 pub use engine::{Engine, RequestHandle};
 pub use error::EngineError;
 pub use kiln_sample::{Grammar, SamplerConfig, TokenLogprob};
