@@ -166,8 +166,15 @@ fn nonneg_least_squares(g: &[[f64; N]; N], b: &[f64; N]) -> [f64; N] {
     let mut best = [0.0; N];
     let mut best_obj = 0.0; // β = 0
     for mask in 1u32..(1 << N) {
-        let idx: Vec<usize> = (0..N).filter(|i| mask >> i & 1 == 1).collect();
-        let k = idx.len();
+        // The free coefficients of this face (an array: the fit runs every step, which
+        // allocates nothing).
+        let mut free = [0usize; N];
+        let mut k = 0;
+        for i in (0..N).filter(|i| mask >> i & 1 == 1) {
+            free[k] = i;
+            k += 1;
+        }
+        let idx = &free[..k];
         let mut a = [[0.0; N + 1]; N];
         for (r, &i) in idx.iter().enumerate() {
             for (c, &j) in idx.iter().enumerate() {
