@@ -1,5 +1,7 @@
 //! Engine settings.
 
+use std::sync::Arc;
+
 use kiln_model::{KvOptions, Model};
 
 /// How an [`crate::Engine`] schedules work and sizes its KV cache.
@@ -32,6 +34,24 @@ pub struct EngineConfig {
     /// sends can set it; `kiln serve` never does.
     #[doc(hidden)]
     pub fault: Option<FaultPlan>,
+    /// Test-only observation of the scheduler's steps (see [`StepProbe`]). `None` (always,
+    /// outside tests): one `Option` check per step.
+    #[doc(hidden)]
+    pub step_probe: Option<StepProbe>,
+}
+
+/// Called on the scheduler thread when a step starts (`None`) and when it ends
+/// (`Some(texts)`: how many token events with non-empty text it sent). The
+/// zero-allocation test counts a step's allocations between the two calls. Only tests
+/// build one.
+#[doc(hidden)]
+#[derive(Clone)]
+pub struct StepProbe(pub Arc<dyn Fn(Option<usize>) + Send + Sync>);
+
+impl std::fmt::Debug for StepProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StepProbe")
+    }
 }
 
 /// Most tokens of the minimum prefill chunk a step takes while prompts wait, even when the
@@ -72,6 +92,7 @@ impl EngineConfig {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             step_target_ms: 200.0,
             fault: None,
+            step_probe: None,
         }
     }
 }

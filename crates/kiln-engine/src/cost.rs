@@ -166,8 +166,15 @@ fn nonneg_least_squares(g: &[[f64; N]; N], b: &[f64; N]) -> [f64; N] {
     let mut best = [0.0; N];
     let mut best_obj = 0.0; // β = 0
     for mask in 1u32..(1 << N) {
-        let idx: Vec<usize> = (0..N).filter(|i| mask >> i & 1 == 1).collect();
-        let k = idx.len();
+        // The free coefficients of this face (an array: the fit runs every step, which
+        // allocates nothing).
+        let mut free = [0usize; N];
+        let mut k = 0;
+        for i in (0..N).filter(|i| mask >> i & 1 == 1) {
+            free[k] = i;
+            k += 1;
+        }
+        let idx = &free[..k];
         let mut a = [[0.0; N + 1]; N];
         for (r, &i) in idx.iter().enumerate() {
             for (c, &j) in idx.iter().enumerate() {
@@ -246,6 +253,7 @@ impl Candidate {
 /// first candidate, it gets the floor instead: the largest chunk of at most
 /// [`MIN_PREFILL_CHUNK`] tokens whose own predicted cost is ≤ [`FLOOR_SHARE`] of the
 /// target, and at least 1.
+#[cfg(test)]
 pub(crate) fn prefill_chunks(
     cost: &StepCost,
     target_ms: f64,
@@ -253,7 +261,22 @@ pub(crate) fn prefill_chunks(
     decode: &Work,
     candidates: &[Candidate],
 ) -> Vec<usize> {
-    let mut out = vec![0; candidates.len()];
+    let mut out = Vec::new();
+    prefill_chunks_into(cost, target_ms, budget, decode, candidates, &mut out);
+    out
+}
+
+/// [`prefill_chunks`] into `out` (cleared first), so a step reuses one buffer.
+pub(crate) fn prefill_chunks_into(
+    cost: &StepCost,
+    target_ms: f64,
+    budget: usize,
+    decode: &Work,
+    candidates: &[Candidate],
+    out: &mut Vec<usize>,
+) {
+    out.clear();
+    out.resize(candidates.len(), 0);
     let mut left = budget;
     let limited = decode.tokens() > 0.0 && target_ms > 0.0;
     let Some(base) = cost.predict(decode).filter(|_| limited) else {
@@ -261,7 +284,7 @@ pub(crate) fn prefill_chunks(
             *o = c.remaining.min(left);
             left -= *o;
         }
-        return out;
+        return;
     };
     let mut work = *decode;
     for (i, (c, o)) in candidates.iter().zip(out.iter_mut()).enumerate() {
@@ -281,7 +304,6 @@ pub(crate) fn prefill_chunks(
             work.add(c.row(n));
         }
     }
-    out
 }
 
 /// The largest `n ≤ max` with `fits(n)` (0 if none), for a `fits` that holds up to some

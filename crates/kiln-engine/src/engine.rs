@@ -200,6 +200,16 @@ impl RequestHandle {
         self.seen(self.rx.recv().ok())
     }
 
+    /// The next event if one is ready, without blocking (nor allocating); `None` when
+    /// none is (or after the last one).
+    pub fn try_recv(&self) -> Option<Event> {
+        match self.rx.try_recv() {
+            Ok(ev) => self.seen(Some(ev)),
+            Err(flume::TryRecvError::Empty) => None,
+            Err(flume::TryRecvError::Disconnected) => self.seen(None),
+        }
+    }
+
     /// The next event, for async code; `None` after the last one.
     pub async fn recv_async(&self) -> Option<Event> {
         self.seen(self.rx.recv_async().await.ok())

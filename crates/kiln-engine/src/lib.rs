@@ -25,9 +25,9 @@ mod sequence;
 mod shared;
 mod vocab;
 
-#[doc(hidden)]
-pub use config::FaultPlan;
 pub use config::{EngineConfig, MIN_PREFILL_CHUNK};
+#[doc(hidden)]
+pub use config::{FaultPlan, StepProbe};
 pub use engine::{Engine, RequestHandle};
 pub use error::EngineError;
 pub use kiln_sample::{Grammar, SamplerConfig, TokenLogprob};

@@ -1,7 +1,7 @@
 //! Engine-wide counters and latency histograms (a snapshot is cheap to take).
 
 /// Engine state and counters since start.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct EngineMetrics {
     /// Sequences admitted (prefilling or decoding).
     pub running: usize,
@@ -37,14 +37,67 @@ pub struct EngineMetrics {
     pub step_seconds: Histogram,
 }
 
+impl Clone for EngineMetrics {
+    fn clone(&self) -> Self {
+        EngineMetrics {
+            ttft_seconds: self.ttft_seconds.clone(),
+            itl_seconds: self.itl_seconds.clone(),
+            queue_seconds: self.queue_seconds.clone(),
+            step_seconds: self.step_seconds.clone(),
+            ..*self
+        }
+    }
+
+    /// Copies into the histograms' buffers: the scheduler publishes a snapshot every step
+    /// without allocating.
+    fn clone_from(&mut self, src: &Self) {
+        let mut h = [
+            std::mem::take(&mut self.ttft_seconds),
+            std::mem::take(&mut self.itl_seconds),
+            std::mem::take(&mut self.queue_seconds),
+            std::mem::take(&mut self.step_seconds),
+        ];
+        h[0].clone_from(&src.ttft_seconds);
+        h[1].clone_from(&src.itl_seconds);
+        h[2].clone_from(&src.queue_seconds);
+        h[3].clone_from(&src.step_seconds);
+        let [ttft_seconds, itl_seconds, queue_seconds, step_seconds] = h;
+        *self = EngineMetrics {
+            ttft_seconds,
+            itl_seconds,
+            queue_seconds,
+            step_seconds,
+            ..*src
+        };
+    }
+}
+
 /// A Prometheus-style histogram: `counts[i]` observations `<= bounds[i]` (cumulative),
 /// plus the total count and sum.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct Histogram {
     pub bounds: Vec<f64>,
     pub counts: Vec<u64>,
     pub count: u64,
     pub sum: f64,
+}
+
+impl Clone for Histogram {
+    fn clone(&self) -> Self {
+        Histogram {
+            bounds: self.bounds.clone(),
+            counts: self.counts.clone(),
+            ..*self
+        }
+    }
+
+    /// Copies into `self`'s buffers (no allocation when the sizes match).
+    fn clone_from(&mut self, src: &Self) {
+        self.bounds.clone_from(&src.bounds);
+        self.counts.clone_from(&src.counts);
+        self.count = src.count;
+        self.sum = src.sum;
+    }
 }
 
 impl Histogram {

@@ -35,7 +35,7 @@ use kiln_model::{BatchSeq, ModelError, Session};
 use kiln_sample::Vocab;
 use kiln_tokenizer::Tokenizer;
 
-use crate::cost::{Candidate, Row, StepCost, Work, prefill_chunks};
+use crate::cost::{Candidate, Row, StepCost, Work, prefill_chunks_into};
 use crate::sequence::{Outcome, Seq};
 use crate::shared::{Shared, Submission, lock};
 use crate::{EngineError, EngineMetrics, FinishReason, Histogram};
@@ -57,6 +57,40 @@ struct Sched<'t> {
     outbox: Vec<(Seq<'t>, Result<FinishReason, EngineError>)>,
     /// The model of a step's duration, fitted on every step.
     cost: StepCost,
+    /// A step's working lists, kept for their allocations.
+    buf: StepBuffers,
+    /// Token events with text sent in the current step.
+    texts: usize,
+}
+
+/// The working lists of a step, empty between steps and kept for their allocations: after
+/// the first steps, a step allocates nothing but the text of its token events (checked
+/// by the `zero_alloc` test).
+#[derive(Default)]
+struct StepBuffers {
+    /// Ids of the decoding sequences.
+    ids: Vec<u64>,
+    pending: Vec<Pending>,
+    candidates: Vec<Candidate>,
+    chunks: Vec<usize>,
+    /// Index in `running` of each planned row.
+    idx: Vec<usize>,
+    /// The pass's rows (see [`recycle`]).
+    rows: Vec<BatchSeq<'static>>,
+    /// Whether each row asks for logits.
+    wants: Vec<bool>,
+    finished: Vec<(u64, Result<FinishReason, EngineError>)>,
+}
+
+/// An empty row list with `v`'s allocation, for any lifetime: the rows borrow one step's
+/// sequences, the allocation is kept for every step.
+fn recycle<'b>(mut v: Vec<BatchSeq<'_>>) -> Vec<BatchSeq<'b>> {
+    v.clear();
+    // Collecting an emptied vector's iterator into one of a same-layout type reuses its
+    // allocation.
+    v.into_iter()
+        .map(|_| unreachable!("the vector is empty"))
+        .collect()
 }
 
 /// The step length the prefill order assumes when there is no step target.
@@ -91,7 +125,10 @@ pub(crate) fn run(shared: &Shared, session: Session, tok: &Tokenizer) {
         plan: Vec::new(),
         outbox: Vec::new(),
         cost: StepCost::default(),
+        buf: StepBuffers::default(),
+        texts: 0,
     };
+    let probe = shared.config.step_probe.clone();
     s.publish();
     loop {
         let (new, cancel, stop) = {
@@ -121,10 +158,17 @@ pub(crate) fn run(shared: &Shared, session: Session, tok: &Tokenizer) {
             Some(true) if s.running.is_empty() && s.waiting.is_empty() => break,
             _ => {}
         }
+        if let Some(p) = &probe {
+            (p.0)(None);
+        }
+        s.texts = 0;
         if !(s.running.is_empty() && s.waiting.is_empty()) {
             s.step();
         }
         s.flush();
+        if let Some(p) = &probe {
+            (p.0)(Some(s.texts));
+        }
     }
     // Whatever is left is cancelled.
     let ids: Vec<u64> = s
@@ -321,13 +365,15 @@ impl<'t> Sched<'t> {
         self.plan.clear();
 
         // 1. Decode rows, oldest first.
-        let decoding: Vec<u64> = self
-            .running
-            .iter()
-            .filter(|q| q.remaining() == 1 && q.generated > 0)
-            .map(|q| q.id)
-            .collect();
-        for id in decoding {
+        let mut decoding = std::mem::take(&mut self.buf.ids);
+        decoding.clear();
+        decoding.extend(
+            self.running
+                .iter()
+                .filter(|q| q.remaining() == 1 && q.generated > 0)
+                .map(|q| q.id),
+        );
+        for &id in &decoding {
             if budget == 0 {
                 break;
             }
@@ -336,6 +382,7 @@ impl<'t> Sched<'t> {
                 budget -= 1;
             }
         }
+        self.buf.ids = decoding;
         // 2. Admission, first come first served, while KV blocks and `max_running` allow
         //    (each admitted prompt is then prefilled by the chunks below).
         while self.running.len() < max_running && !self.waiting.is_empty() {
@@ -359,42 +406,54 @@ impl<'t> Sched<'t> {
         }));
         let empty = self.cost.predict(&Work::default());
         let cost = &self.cost;
-        let mut pending: Vec<Pending> = self
-            .running
-            .iter_mut()
-            .filter(|q| !(q.remaining() == 1 && q.generated > 0))
-            .map(|q| {
-                let since = *q.prefill_progress.get_or_insert(now);
-                let candidate = Candidate {
-                    ctx: q.done,
-                    remaining: q.remaining(),
-                };
-                let service = Work::default().with(Row {
-                    ctx: candidate.ctx,
-                    n: candidate.remaining,
-                    logits: true,
-                });
-                let service_ms = match (cost.predict(&service), empty) {
-                    (Some(s), Some(e)) => s - e,
-                    _ => candidate.remaining as f64,
-                };
-                Pending {
-                    id: q.id,
-                    waited_ms: now.duration_since(since).as_secs_f64() * 1e3,
-                    service_ms: service_ms.max(1e-3),
-                    candidate,
-                }
-            })
-            .collect();
+        let mut pending = std::mem::take(&mut self.buf.pending);
+        pending.clear();
+        pending.extend(
+            self.running
+                .iter_mut()
+                .filter(|q| !(q.remaining() == 1 && q.generated > 0))
+                .map(|q| {
+                    let since = *q.prefill_progress.get_or_insert(now);
+                    let candidate = Candidate {
+                        ctx: q.done,
+                        remaining: q.remaining(),
+                    };
+                    let service = Work::default().with(Row {
+                        ctx: candidate.ctx,
+                        n: candidate.remaining,
+                        logits: true,
+                    });
+                    let service_ms = match (cost.predict(&service), empty) {
+                        (Some(s), Some(e)) => s - e,
+                        _ => candidate.remaining as f64,
+                    };
+                    Pending {
+                        id: q.id,
+                        waited_ms: now.duration_since(since).as_secs_f64() * 1e3,
+                        service_ms: service_ms.max(1e-3),
+                        candidate,
+                    }
+                }),
+        );
         let step_ms = if cfg.step_target_ms > 0.0 {
             cfg.step_target_ms
         } else {
             DEFAULT_STEP_MS
         };
         order_prefill(&mut pending, step_ms);
-        let candidates: Vec<Candidate> = pending.iter().map(|p| p.candidate).collect();
-        let chunks = prefill_chunks(&self.cost, cfg.step_target_ms, budget, &decode, &candidates);
-        for (p, n) in pending.iter().zip(chunks) {
+        let mut candidates = std::mem::take(&mut self.buf.candidates);
+        candidates.clear();
+        candidates.extend(pending.iter().map(|p| p.candidate));
+        let mut chunks = std::mem::take(&mut self.buf.chunks);
+        prefill_chunks_into(
+            &self.cost,
+            cfg.step_target_ms,
+            budget,
+            &decode,
+            &candidates,
+            &mut chunks,
+        );
+        for (p, &n) in pending.iter().zip(&chunks) {
             if n > 0 && self.reserve(p.id, n) {
                 self.plan.push((p.id, n));
                 if let Some(q) = self.running.iter_mut().find(|q| q.id == p.id) {
@@ -402,6 +461,9 @@ impl<'t> Sched<'t> {
                 }
             }
         }
+        self.buf.pending = pending;
+        self.buf.candidates = candidates;
+        self.buf.chunks = chunks;
         if self.plan.is_empty() {
             return;
         }
@@ -474,45 +536,57 @@ impl<'t> Sched<'t> {
     /// Runs the planned rows through the model and handles their logits.
     fn run_plan(&mut self) {
         // Row order = plan order; index of each planned sequence in `running`.
-        let idx: Vec<usize> = self
-            .plan
-            .iter()
-            .map(|&(id, _)| self.running.iter().position(|q| q.id == id))
-            .collect::<Option<Vec<_>>>()
-            .unwrap_or_default();
+        let mut idx = std::mem::take(&mut self.buf.idx);
+        idx.clear();
+        for &(id, _) in &self.plan {
+            match self.running.iter().position(|q| q.id == id) {
+                Some(i) => idx.push(i),
+                None => break,
+            }
+        }
         if idx.len() != self.plan.len() {
+            self.buf.idx = idx;
             return;
         }
-        let rows: Vec<BatchSeq<'_>> = idx
-            .iter()
-            .zip(&self.plan)
-            .filter_map(|(&i, &(_, n))| {
-                let q = &self.running[i];
-                let kv = q.kv?;
-                Some(BatchSeq {
-                    seq: kv,
-                    tokens: &q.tokens[q.done..q.done + n],
-                    logits: q.done + n == q.tokens.len(),
-                    prompt_rows: BatchSeq::prompt_rows_of(q.done, n, q.n_prompt),
-                })
+        let mut rows = recycle(std::mem::take(&mut self.buf.rows));
+        rows.extend(idx.iter().zip(&self.plan).filter_map(|(&i, &(_, n))| {
+            let q = &self.running[i];
+            let kv = q.kv?;
+            Some(BatchSeq {
+                seq: kv,
+                tokens: &q.tokens[q.done..q.done + n],
+                logits: q.done + n == q.tokens.len(),
+                prompt_rows: BatchSeq::prompt_rows_of(q.done, n, q.n_prompt),
             })
-            .collect();
-        let wants: Vec<bool> = rows.iter().map(|r| r.logits).collect();
+        }));
+        self.buf.idx = idx;
+        let mut wants = std::mem::take(&mut self.buf.wants);
+        wants.clear();
+        wants.extend(rows.iter().map(|r| r.logits));
         let vocab = self.session.model().config().vocab_size;
         let session = &mut self.session;
+        let batch = &rows;
         let result = catch_unwind(AssertUnwindSafe(move || {
             let session = session; // moved, not reborrowed: the closure is FnOnce
-            session.forward_batch(&rows)
+            session.forward_batch(batch)
         }));
+        self.buf.rows = recycle(rows);
         self.m.steps += 1;
         let logits = match result {
             Ok(Ok(l)) => l,
-            Ok(Err(e)) => return self.fail_plan(e.into()),
-            Err(p) => return self.fail_plan(EngineError::Panic(panic_text(&*p))),
+            Ok(Err(e)) => {
+                self.buf.wants = wants;
+                return self.fail_plan(e.into());
+            }
+            Err(p) => {
+                self.buf.wants = wants;
+                return self.fail_plan(EngineError::Panic(panic_text(&*p)));
+            }
         };
         let now = Instant::now();
         let mut k = 0;
-        let mut finished: Vec<(u64, Result<FinishReason, EngineError>)> = Vec::new();
+        let mut finished = std::mem::take(&mut self.buf.finished);
+        finished.clear();
         let plan = std::mem::take(&mut self.plan);
         for (&(id, n), &want) in plan.iter().zip(&wants) {
             let Some(q) = self.running.iter_mut().find(|q| q.id == id) else {
@@ -537,6 +611,9 @@ impl<'t> Sched<'t> {
             if !had_first && let Some(t) = q.ttft() {
                 self.m.ttft_seconds.observe(t);
             }
+            if matches!(out, Ok(Ok(_))) && q.emitted_text() {
+                self.texts += 1;
+            }
             match out {
                 Ok(Ok(Outcome::Continue)) => {}
                 Ok(Ok(Outcome::Finished(f))) => finished.push((id, Ok(f))),
@@ -547,13 +624,15 @@ impl<'t> Sched<'t> {
         }
         self.plan = plan;
         self.plan.clear();
-        for (id, r) in finished {
+        self.buf.wants = wants;
+        for (id, r) in finished.drain(..) {
             let Some(i) = self.running.iter().position(|q| q.id == id) else {
                 continue;
             };
             let q = self.running.remove(i);
             self.end(q, r);
         }
+        self.buf.finished = finished;
     }
 
     /// Fails every request of the current step (their blocks are freed; the KV they

@@ -42,6 +42,9 @@ pub(crate) struct Seq<'t> {
     decoder: StreamDecoder<'t>,
     tok: &'t Tokenizer,
     alts: Vec<TokenLogprob>,
+    /// The text the last token completed (kept for its allocation).
+    piece: String,
+    /// The text the last token emits (kept for its allocation; each event gets a copy).
     emit: String,
     pub submitted: Instant,
     pub admitted: Option<Instant>,
@@ -98,6 +101,7 @@ impl<'t> Seq<'t> {
             decoder: StreamDecoder::continuing(tok),
             tok,
             alts: Vec::with_capacity(request.logprobs.unwrap_or(0)),
+            piece: String::new(),
             emit: String::new(),
             submitted,
             admitted: None,
@@ -148,8 +152,9 @@ impl<'t> Seq<'t> {
         if (self.tok.is_eog(id) && !self.ignore_eos) || grammar_done {
             finish = Some(FinishReason::Stop);
         } else {
-            let piece = self.decoder.push(id);
-            if self.stop.push(&piece, &mut self.emit).is_some() {
+            self.piece.clear();
+            self.decoder.push_into(id, &mut self.piece);
+            if self.stop.push(&self.piece, &mut self.emit).is_some() {
                 finish = Some(FinishReason::Stop);
             } else {
                 self.sampler.accept(id);
@@ -167,7 +172,8 @@ impl<'t> Seq<'t> {
             }
             self.stop.finish(&mut self.emit);
         }
-        let text = std::mem::take(&mut self.emit);
+        // The event's text is the one allocation of a token (none when it is empty).
+        let text = self.emit.as_str().to_owned();
         let event = Event::Token {
             id,
             text,
@@ -181,6 +187,11 @@ impl<'t> Seq<'t> {
             Some(f) => Outcome::Finished(f),
             None => Outcome::Continue,
         })
+    }
+
+    /// Whether the last token's event carried text (its one allocation).
+    pub fn emitted_text(&self) -> bool {
+        !self.emit.is_empty()
     }
 
     /// The request's timings so far.

@@ -131,6 +131,22 @@ impl SlotDims {
 pub(crate) struct AttnScratch {
     pool: SlotPool,
     head_out: Vec<f32>,
+    /// The tasks of a call (empty between calls; kept for its allocation).
+    tasks: Vec<Task<'static>>,
+}
+
+/// One parallel task: sequence, query head, first row, and its piece of the output.
+type Task<'a> = (usize, usize, usize, &'a mut [f32]);
+
+/// An empty task list with `v`'s allocation, for any lifetime (the tasks borrow one call's
+/// output; the allocation is kept for every call).
+fn recycle<'b>(mut v: Vec<Task<'_>>) -> Vec<Task<'b>> {
+    v.clear();
+    // Collecting an emptied vector's iterator into one of a same-layout type reuses its
+    // allocation.
+    v.into_iter()
+        .map(|_| unreachable!("the vector is empty"))
+        .collect()
 }
 
 /// Task buffers, shared by the parallel tasks of one call.
@@ -172,6 +188,7 @@ impl AttnScratch {
                 dims,
             },
             head_out: vec![0.0; n_batch.max(1) * cfg.n_head * hdv],
+            tasks: Vec::new(),
         }
     }
 
@@ -183,6 +200,16 @@ impl AttnScratch {
 }
 
 impl SlotPool {
+    /// Makes task buffers until there are `n` (one per thread that may run a task), so
+    /// a call after the first makes none.
+    fn fill(&self, n: usize) {
+        while self.made.load(Ordering::Relaxed) < n {
+            self.made.fetch_add(1, Ordering::Relaxed);
+            let slot = self.dims.slot();
+            self.give(slot);
+        }
+    }
+
     /// A task buffer: a free one, or a new one when every one made is in use.
     fn take(&self) -> Slot {
         let free = self.free.lock().unwrap_or_else(|e| e.into_inner()).pop();
@@ -295,11 +322,16 @@ fn attention_batch_with(
     let (n_head, hdv) = (cfg.n_head, cfg.head_dim_v);
     let n_tok: usize = seqs.iter().map(|s| s.shape.n_tokens).sum();
     let row = n_head * hdv;
-    let AttnScratch { head_out, pool } = scratch;
+    let AttnScratch {
+        head_out,
+        pool,
+        tasks,
+    } = scratch;
+    pool.fill(rayon::current_num_threads());
     let mut rest = &mut head_out[..n_tok * row];
     // Disjoint output pieces, one per task: per sequence a head-major region, cut by head,
     // then by tile of rows.
-    let mut tasks = Vec::new();
+    let mut tasks = recycle(std::mem::take(tasks));
     for (si, s) in seqs.iter().enumerate() {
         let m = s.shape.n_tokens;
         if m == 0 {
@@ -314,14 +346,16 @@ fn attention_batch_with(
         }
     }
     let pool = &*pool;
-    tasks.into_par_iter().try_for_each(|(si, h, t0, o)| {
-        let s = &seqs[si];
+    let result = tasks.par_iter_mut().try_for_each(|(si, h, t0, o)| {
+        let s = &seqs[*si];
         let mut slot = pool.take();
         let rows = o.len() / hdv;
-        let r = run_tile(ak, cfg, s, h, t0, rows, &mut slot, o);
+        let r = run_tile(ak, cfg, s, *h, *t0, rows, &mut slot, o);
         pool.give(slot);
         r
-    })?;
+    });
+    scratch.tasks = recycle(tasks);
+    result?;
     // Interleave each sequence's head-major region into token-major rows.
     let mut base = 0;
     for s in seqs {

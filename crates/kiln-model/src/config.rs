@@ -66,8 +66,6 @@ pub struct ModelConfig {
     pub attn_scale: f32,
     /// RMSNorm or LayerNorm.
     pub norm: NormKind,
-    /// `down(act(gate) · up)` when true, `down(act(up))` when false.
-    pub gated_ffn: bool,
     /// Attention and feed-forward read the same normalised input and their outputs are
     /// added to the residual together (phi-2).
     pub parallel_residual: bool,
@@ -247,7 +245,6 @@ pub(crate) fn common_config_with(
         activation,
         attn_scale: 1.0 / (head_dim as f32).sqrt(),
         norm,
-        gated_ffn: true,
         parallel_residual: false,
         attn_softcap: None,
         final_logit_softcap: None,

@@ -24,7 +24,6 @@ mod model;
 // The mixture-of-experts block is built and tested on its own; the decoder does not call it yet.
 #[cfg_attr(not(test), allow(dead_code))]
 mod moe;
-pub mod ops;
 pub mod quantize;
 mod spec;
 mod trace;
@@ -37,4 +36,5 @@ pub use kiln_kv::{KvCache, KvError, KvStats, KvType, SeqId};
 pub use kiln_quant::quantize_types;
 pub use kv::{KvOptions, MemoryPlan};
 pub use model::{BatchSeq, Logits, Model, PROMPT_ATTENTION_MIN_ROWS, Session};
+pub use trace::{TracePoint, TraceSink};
 pub use weights::{LoadOptions, SourceKind};

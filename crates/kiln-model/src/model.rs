@@ -8,11 +8,13 @@ use kiln_format::GgufFile;
 use kiln_quant::{MatmulScratch, matmul_prepared};
 
 use crate::attention::{AttnScratch, AttnShape, SeqAttn, attention_batch};
-use crate::blocks::{rope_table_with_factors, softcap_inplace};
+use crate::blocks::{
+    Norm, activation_inplace, add_inplace, gated_activation, rms_norm_inplace, rope_apply,
+    rope_table_with_factors, softcap_inplace,
+};
 use crate::kv::{KvOptions, MemoryPlan};
-use crate::ops::{activation_inplace, add_inplace, gated_activation, rms_norm_inplace, rope_apply};
-use crate::spec::ModelSpec;
-use crate::trace;
+use crate::spec::{LayerSpec, ModelSpec};
+use crate::trace::{TracePoint, TraceSink, Tracer};
 use crate::weights::{LoadOptions, SourceKind, WeightStore};
 use crate::{ModelConfig, ModelError};
 use kiln_kv::{KvCache, SeqId};
@@ -182,9 +184,12 @@ pub struct Session {
     n_ctx: usize,
     n_batch: usize,
     s: Scratch,
+    trace: Tracer,
 }
 
-/// Buffers of the forward pass, allocated when the session is created.
+/// Buffers of the forward pass, allocated when the session is created and reused by every
+/// pass: after the first passes of a size, a decode step allocates nothing (checked by the
+/// `zero_alloc` test).
 struct Scratch {
     x: Vec<f32>,
     h: Vec<f32>,
@@ -199,6 +204,10 @@ struct Scratch {
     rope: Vec<f32>,
     logits: Vec<f32>,
     mm: MatmulScratch,
+    /// The first position of each row of a pass.
+    starts: Vec<usize>,
+    /// Attention's per-sequence descriptors (empty between layers; see [`recycle`]).
+    seqs: Vec<SeqAttn<'static>>,
 }
 
 impl Session {
@@ -238,6 +247,9 @@ impl Session {
             rope: vec![0.0; n_batch * cfg.n_rot],
             logits: vec![0.0; cfg.vocab_size],
             mm: MatmulScratch::default(),
+            starts: Vec::with_capacity(n_batch),
+            // A row contributes at most two descriptors (prompt and decode arithmetic).
+            seqs: Vec::with_capacity(2 * n_batch),
         };
         let n_blocks = kv.n_blocks(cfg, n_ctx);
         let kv_cfg = kv.config(cfg, n_blocks);
@@ -258,6 +270,7 @@ impl Session {
             n_ctx,
             n_batch,
             s,
+            trace: Tracer::new(),
         })
     }
 
@@ -359,6 +372,14 @@ impl Session {
         &self.model
     }
 
+    /// Hands every intermediate tensor of the following passes to `sink` (`None`: stop),
+    /// under llama.cpp's names ([`TracePoint`]), token-major with its row count. For
+    /// debugging and for tests that diff the pass against a reference; with no sink (and
+    /// `KILN_TRACE` unset) tracing costs nothing.
+    pub fn set_trace_sink(&mut self, sink: Option<TraceSink>) {
+        self.trace.set_sink(sink);
+    }
+
     /// Evaluates `tokens` at the next positions and returns logits: `vocab` values for
     /// [`Logits::Last`], `tokens.len() × vocab` for [`Logits::All`].
     ///
@@ -366,7 +387,8 @@ impl Session {
     /// where the call ends, and one token as a decode step: this picks attention's prompt
     /// or one-row arithmetic ([`PROMPT_ATTENTION_MIN_ROWS`]).
     pub fn forward(&mut self, tokens: &[u32], mode: Logits) -> Result<&[f32], ModelError> {
-        let cfg = self.model.config().clone();
+        let model = Arc::clone(&self.model);
+        let cfg = model.config();
         let needed = self.kv.len(self.seq)? + tokens.len();
         if needed > self.n_ctx {
             return Err(ModelError::ContextOverflow {
@@ -496,20 +518,26 @@ impl Session {
     /// Runs `rows` (validated) through the model, writing logits as `out` says. On an
     /// error every row's claimed positions are given back.
     fn forward_rows(&mut self, rows: &[BatchSeq<'_>], out: OutRows) -> Result<(), ModelError> {
-        let mut starts = Vec::with_capacity(rows.len());
+        // The start of every row, in a buffer kept across passes (sized for `n_batch` rows).
+        let mut starts = std::mem::take(&mut self.s.starts);
+        starts.clear();
+        let mut result = Ok(());
         for r in rows {
             match self.kv.append(r.seq, r.tokens) {
                 Ok(range) => starts.push(range.start),
                 Err(e) => {
-                    self.give_back(rows, &starts);
-                    return Err(e.into());
+                    result = Err(e.into());
+                    break;
                 }
             }
         }
-        let result = self.forward_appended(rows, &starts, out);
+        if result.is_ok() {
+            result = self.forward_appended(rows, &starts, out);
+        }
         if result.is_err() {
             self.give_back(rows, &starts);
         }
+        self.s.starts = starts;
         result
     }
 
@@ -522,40 +550,98 @@ impl Session {
     }
 
     /// The pass itself, once every row's positions are claimed (row `i` starts at
-    /// `starts[i]`).
+    /// `starts[i]`): the embedding, each layer's attention and feed-forward blocks, the
+    /// output head.
     fn forward_appended(
         &mut self,
         rows: &[BatchSeq<'_>],
         starts: &[usize],
-        out_rows: OutRows,
+        out: OutRows,
     ) -> Result<(), ModelError> {
         let model = Arc::clone(&self.model);
-        let spec = &model.spec;
-        let store = &model.store;
-        let cfg = &spec.cfg;
-        let s = &mut self.s;
-        let n: usize = rows.iter().map(|r| r.tokens.len()).sum();
-        let d = cfg.n_embd;
-        let (qd, kd, vd, hv) = (
-            cfg.q_dim(),
-            cfg.k_dim(),
-            cfg.v_dim(),
-            cfg.n_head * cfg.head_dim_v,
-        );
-        // Position of every token of the pass.
-        let positions = || {
-            rows.iter()
-                .zip(starts)
-                .flat_map(|(r, &p0)| (0..r.tokens.len()).map(move |i| p0 + i))
+        let mut pass = Pass {
+            spec: &model.spec,
+            store: &model.store,
+            cfg: &model.spec.cfg,
+            batch: Batch {
+                rows,
+                starts,
+                n: rows.iter().map(|r| r.tokens.len()).sum(),
+            },
+            s: &mut self.s,
+            kv: &mut self.kv,
+            trace: &mut self.trace,
+            rope_base_of_table: f32::NAN,
         };
+        pass.embed()?;
+        for (il, layer) in model.spec.layers.iter().enumerate() {
+            pass.attention_block(il, layer)?;
+            pass.ffn_block(il, layer)?;
+        }
+        // The rows' pages are complete in every layer: make full ones findable.
+        for r in rows {
+            pass.kv.commit(r.seq)?;
+        }
+        pass.head(out)
+    }
+}
 
-        // Embedding lookup (+ learned position).
-        let embd = store.view(&spec.tok_embd)?;
+/// The rows of one pass and where each starts.
+struct Batch<'a> {
+    rows: &'a [BatchSeq<'a>],
+    /// Row `i`'s first position.
+    starts: &'a [usize],
+    /// Tokens of all rows.
+    n: usize,
+}
+
+impl<'a> Batch<'a> {
+    /// The position of every token of the pass, in row order.
+    fn positions(&self) -> impl Iterator<Item = usize> + 'a {
+        self.rows
+            .iter()
+            .zip(self.starts)
+            .flat_map(|(r, &p0)| (0..r.tokens.len()).map(move |i| p0 + i))
+    }
+
+    /// Every token of the pass, in row order.
+    fn tokens(&self) -> impl Iterator<Item = u32> + 'a {
+        self.rows.iter().flat_map(|r| r.tokens.iter().copied())
+    }
+}
+
+/// One forward pass over a batch: the model, the session's buffers and cache.
+///
+/// The residual stream is `s.x` (`n × n_embd`, token-major). A block reads it, normalises
+/// into `s.h`, and adds its output back: attention through `s.q`/`s.k`/`s.v`/`s.att` into
+/// `s.o`, the feed-forward through `s.up`/`s.gate` into `s.o` (or `s.h` for parallel blocks,
+/// whose feed-forward reads the attention norm's output and whose two outputs are added to
+/// the residual together).
+struct Pass<'a> {
+    spec: &'a ModelSpec,
+    store: &'a WeightStore,
+    cfg: &'a ModelConfig,
+    batch: Batch<'a>,
+    s: &'a mut Scratch,
+    kv: &'a mut KvCache,
+    trace: &'a mut Tracer,
+    /// The RoPE base the tables in `s.rope` were computed for (layers may differ: Gemma 3's
+    /// local and global layers).
+    rope_base_of_table: f32,
+}
+
+impl Pass<'_> {
+    /// Embedding lookup (scaled for Gemma), plus the learned position (GPT-2), into `s.x`.
+    fn embed(&mut self) -> Result<(), ModelError> {
+        let (spec, s, b) = (self.spec, &mut *self.s, &self.batch);
+        let d = self.cfg.n_embd;
+        let embd = self.store.view(&spec.tok_embd)?;
         let pos_embd = match &spec.pos_embd {
             Some(w) => {
-                if let Some(end) = rows
+                if let Some(end) = b
+                    .rows
                     .iter()
-                    .zip(starts)
+                    .zip(b.starts)
                     .map(|(r, &p0)| p0 + r.tokens.len())
                     .find(|&end| end > w.rows)
                 {
@@ -564,12 +650,11 @@ impl Session {
                         n_ctx: w.rows,
                     });
                 }
-                Some(store.view(w)?)
+                Some(self.store.view(w)?)
             }
             None => None,
         };
-        let tokens = rows.iter().flat_map(|r| r.tokens.iter().copied());
-        for (t, (tok, pos)) in tokens.zip(positions()).enumerate() {
+        for (t, (tok, pos)) in b.tokens().zip(b.positions()).enumerate() {
             let row = &mut s.x[t * d..(t + 1) * d];
             embd.dequantize_row(tok as usize, row);
             if let Some(scale) = spec.embed_scale {
@@ -581,199 +666,227 @@ impl Session {
                 add_inplace(row, h);
             }
         }
+        self.trace
+            .tensor(TracePoint::global("inp_scaled"), &s.x[..b.n * d], b.n);
+        Ok(())
+    }
 
-        trace::tensor("inp_scaled", &s.x[..n * d], n);
-        let mut rope_base_of_table = f32::NAN;
-        for (il, layer) in spec.layers.iter().enumerate() {
-            // Attention block.
-            for t in 0..n {
-                layer.attn_norm.apply(
-                    cfg.norm,
-                    cfg.norm_eps,
-                    &s.x[t * d..(t + 1) * d],
-                    &mut s.h[t * d..(t + 1) * d],
-                );
+    /// Normalises every token of `s.x` into `s.h`.
+    fn norm_rows(&mut self, norm: &Norm) {
+        let (cfg, s, d) = (self.cfg, &mut *self.s, self.cfg.n_embd);
+        for t in 0..self.batch.n {
+            norm.apply(
+                cfg.norm,
+                cfg.norm_eps,
+                &s.x[t * d..(t + 1) * d],
+                &mut s.h[t * d..(t + 1) * d],
+            );
+        }
+    }
+
+    /// The attention block of layer `il`: norm, Q/K/V projections (biases, per-head
+    /// norms), RoPE, the rows' K and V into the cache, attention (each sequence through its
+    /// own block table, all in one parallel pass), the output projection (post-norm), and,
+    /// for sequential blocks, the residual add.
+    fn attention_block(&mut self, il: usize, layer: &LayerSpec) -> Result<(), ModelError> {
+        self.norm_rows(&layer.attn_norm);
+        let (cfg, store, n) = (self.cfg, self.store, self.batch.n);
+        let d = cfg.n_embd;
+        let (qd, kd, vd, hv) = (
+            cfg.q_dim(),
+            cfg.k_dim(),
+            cfg.v_dim(),
+            cfg.n_head * cfg.head_dim_v,
+        );
+        let tr = &mut *self.trace;
+        let s = &mut *self.s;
+        tr.tensor(TracePoint::layer("attn_norm", il), &s.h[..n * d], n);
+        s.mm.prepare(&s.h[..n * d], n, d);
+        matmul_prepared(&store.view(&layer.wq)?, &mut s.mm, &mut s.q[..n * qd]);
+        matmul_prepared(&store.view(&layer.wk)?, &mut s.mm, &mut s.k[..n * kd]);
+        matmul_prepared(&store.view(&layer.wv)?, &mut s.mm, &mut s.v[..n * vd]);
+        add_bias_rows(&mut s.q[..n * qd], layer.bq.as_deref());
+        add_bias_rows(&mut s.k[..n * kd], layer.bk.as_deref());
+        add_bias_rows(&mut s.v[..n * vd], layer.bv.as_deref());
+        if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+            for head in s.q[..n * qd].chunks_exact_mut(cfg.head_dim) {
+                rms_norm_inplace(head, qn, cfg.norm_eps);
             }
-            trace::tensor(&format!("attn_norm-{il}"), &s.h[..n * d], n);
-            s.mm.prepare(&s.h[..n * d], n, d);
-            matmul_prepared(&store.view(&layer.wq)?, &mut s.mm, &mut s.q[..n * qd]);
-            matmul_prepared(&store.view(&layer.wk)?, &mut s.mm, &mut s.k[..n * kd]);
-            matmul_prepared(&store.view(&layer.wv)?, &mut s.mm, &mut s.v[..n * vd]);
-            for (buf, bias, width) in [
-                (&mut s.q, &layer.bq, qd),
-                (&mut s.k, &layer.bk, kd),
-                (&mut s.v, &layer.bv, vd),
-            ] {
-                if let Some(b) = bias {
-                    for row in buf[..n * width].chunks_exact_mut(width) {
-                        add_inplace(row, b);
-                    }
-                }
+            for head in s.k[..n * kd].chunks_exact_mut(cfg.head_dim) {
+                rms_norm_inplace(head, kn, cfg.norm_eps);
             }
-            if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
-                for head in s.q[..n * qd].chunks_exact_mut(cfg.head_dim) {
-                    rms_norm_inplace(head, qn, cfg.norm_eps);
-                }
-                for head in s.k[..n * kd].chunks_exact_mut(cfg.head_dim) {
-                    rms_norm_inplace(head, kn, cfg.norm_eps);
-                }
-            }
-            trace::tensor(&format!("Qcur_normed-{il}"), &s.q[..n * qd], n);
-            trace::tensor(&format!("Kcur_normed-{il}"), &s.k[..n * kd], n);
-            trace::tensor(&format!("Vcur-{il}"), &s.v[..n * vd], n);
-            if cfg.n_rot > 0 && layer.rope_base != rope_base_of_table {
-                for (t, pos) in positions().enumerate() {
+        }
+        tr.tensor(TracePoint::layer("Qcur_normed", il), &s.q[..n * qd], n);
+        tr.tensor(TracePoint::layer("Kcur_normed", il), &s.k[..n * kd], n);
+        tr.tensor(TracePoint::layer("Vcur", il), &s.v[..n * vd], n);
+        if cfg.n_rot > 0 {
+            if layer.rope_base != self.rope_base_of_table {
+                for (t, pos) in self.batch.positions().enumerate() {
                     rope_table_with_factors(
                         pos,
                         cfg.n_rot,
                         layer.rope_base,
                         cfg.rope_freq_scale,
-                        spec.rope_freqs.as_deref(),
+                        self.spec.rope_freqs.as_deref(),
                         &mut s.rope[t * cfg.n_rot..(t + 1) * cfg.n_rot],
                     );
                 }
-                rope_base_of_table = layer.rope_base;
+                self.rope_base_of_table = layer.rope_base;
             }
             for t in 0..n {
-                if cfg.n_rot > 0 {
-                    let table = &s.rope[t * cfg.n_rot..(t + 1) * cfg.n_rot];
-                    rope_apply(
-                        &mut s.q[t * qd..(t + 1) * qd],
-                        cfg.head_dim,
-                        cfg.n_rot,
-                        cfg.rope_style,
-                        table,
-                    );
-                    rope_apply(
-                        &mut s.k[t * kd..(t + 1) * kd],
-                        cfg.head_dim,
-                        cfg.n_rot,
-                        cfg.rope_style,
-                        table,
-                    );
-                }
+                let table = &s.rope[t * cfg.n_rot..(t + 1) * cfg.n_rot];
+                let (q, k) = (
+                    &mut s.q[t * qd..(t + 1) * qd],
+                    &mut s.k[t * kd..(t + 1) * kd],
+                );
+                rope_apply(q, cfg.head_dim, cfg.n_rot, cfg.rope_style, table);
+                rope_apply(k, cfg.head_dim, cfg.n_rot, cfg.rope_style, table);
             }
-            trace::tensor(&format!("Qcur-{il}"), &s.q[..n * qd], n);
-            // Store every row's K and V, then attend, each sequence through its own block
-            // table, all sequences in one parallel pass.
-            let mut t0 = 0;
-            for (r, &pos0) in rows.iter().zip(starts) {
-                let t1 = t0 + r.tokens.len();
-                self.kv.write_rows(
-                    r.seq,
-                    il,
-                    pos0,
-                    &s.k[t0 * kd..t1 * kd],
-                    &s.v[t0 * vd..t1 * vd],
-                )?;
-                t0 = t1;
-            }
-            let mut seqs = Vec::with_capacity(rows.len());
-            let mut t0 = 0;
-            for (r, &pos0) in rows.iter().zip(starts) {
-                let m = r.tokens.len();
-                let kv = self.kv.layer_view(r.seq, il)?;
-                // The prompt rows first, then the rest, each with its own arithmetic.
-                let p = r.prompt_rows.min(m);
-                for (a, b, prompt) in [(0, p, true), (p, m, false)] {
-                    if a < b {
-                        seqs.push(SeqAttn {
-                            shape: AttnShape {
-                                pos0: pos0 + a,
-                                n_tokens: b - a,
-                                window: layer.sliding_window,
-                            },
-                            q: &s.q[(t0 + a) * qd..(t0 + b) * qd],
-                            kv,
-                            prompt,
-                        });
-                    }
-                }
-                t0 += m;
-            }
-            attention_batch(cfg, &seqs, &mut s.attn, &mut s.att[..n * hv])?;
-            drop(seqs);
-            trace::tensor(&format!("kqv_out-{il}"), &s.att[..n * hv], n);
-            s.mm.prepare(&s.att[..n * hv], n, hv);
-            matmul_prepared(&store.view(&layer.wo)?, &mut s.mm, &mut s.o[..n * d]);
-            add_bias_rows(&mut s.o[..n * d], layer.bo.as_deref());
-            if let Some(pn) = &layer.post_attn_norm {
-                for row in s.o[..n * d].chunks_exact_mut(d) {
-                    rms_norm_inplace(row, pn, cfg.norm_eps);
-                }
-            }
-            trace::tensor(&format!("attn_post_norm-{il}"), &s.o[..n * d], n);
-            if !cfg.parallel_residual {
-                add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
-                trace::tensor(&format!("sa_out-{il}"), &s.x[..n * d], n);
-            }
+        }
+        tr.tensor(TracePoint::layer("Qcur", il), &s.q[..n * qd], n);
 
-            // Feed-forward block: its input is in `s.h` (the attention norm's output for
-            // parallel blocks), its output goes to `s.h` (parallel) or `s.o`.
-            if let Some(norm) = &layer.ffn_norm {
-                for t in 0..n {
-                    norm.apply(
-                        cfg.norm,
-                        cfg.norm_eps,
-                        &s.x[t * d..(t + 1) * d],
-                        &mut s.h[t * d..(t + 1) * d],
-                    );
+        let Batch { rows, starts, .. } = self.batch;
+        let mut t0 = 0;
+        for (r, &pos0) in rows.iter().zip(starts) {
+            let t1 = t0 + r.tokens.len();
+            self.kv.write_rows(
+                r.seq,
+                il,
+                pos0,
+                &s.k[t0 * kd..t1 * kd],
+                &s.v[t0 * vd..t1 * vd],
+            )?;
+            t0 = t1;
+        }
+        // The per-sequence descriptors go in a list kept across layers and passes.
+        let mut seqs = recycle(std::mem::take(&mut s.seqs));
+        let mut t0 = 0;
+        for (r, &pos0) in rows.iter().zip(starts) {
+            let m = r.tokens.len();
+            let kv = self.kv.layer_view(r.seq, il)?;
+            // The prompt rows first, then the rest, each with its own arithmetic.
+            let p = r.prompt_rows.min(m);
+            for (a, b, prompt) in [(0, p, true), (p, m, false)] {
+                if a < b {
+                    seqs.push(SeqAttn {
+                        shape: AttnShape {
+                            pos0: pos0 + a,
+                            n_tokens: b - a,
+                            window: layer.sliding_window,
+                        },
+                        q: &s.q[(t0 + a) * qd..(t0 + b) * qd],
+                        kv,
+                        prompt,
+                    });
                 }
             }
-            let ff = cfg.n_ff;
-            s.mm.prepare(&s.h[..n * d], n, d);
-            matmul_prepared(&store.view(&layer.w_up)?, &mut s.mm, &mut s.up[..n * ff]);
-            add_bias_rows(&mut s.up[..n * ff], layer.b_up.as_deref());
-            trace::tensor(&format!("ffn_up-{il}"), &s.up[..n * ff], n);
-            let act = match &layer.w_gate {
-                Some(w_gate) => {
-                    matmul_prepared(&store.view(w_gate)?, &mut s.mm, &mut s.gate[..n * ff]);
-                    trace::tensor(&format!("ffn_gate-{il}"), &s.gate[..n * ff], n);
-                    gated_activation(&mut s.gate[..n * ff], &s.up[..n * ff], cfg.activation);
-                    &s.gate[..n * ff]
-                }
-                None => {
-                    activation_inplace(&mut s.up[..n * ff], cfg.activation);
-                    &s.up[..n * ff]
-                }
-            };
-            trace::tensor(&format!("ffn_act-{il}"), act, n);
-            s.mm.prepare(act, n, ff);
-            let out = if cfg.parallel_residual {
-                &mut s.h[..n * d]
-            } else {
-                &mut s.o[..n * d]
-            };
-            matmul_prepared(&store.view(&layer.w_down)?, &mut s.mm, out);
-            add_bias_rows(out, layer.b_down.as_deref());
-            if let Some(pn) = &layer.post_ffn_norm {
-                for row in out.chunks_exact_mut(d) {
-                    rms_norm_inplace(row, pn, cfg.norm_eps);
-                }
+            t0 += m;
+        }
+        let result = attention_batch(cfg, &seqs, &mut s.attn, &mut s.att[..n * hv]);
+        s.seqs = recycle(seqs);
+        result?;
+        tr.tensor(TracePoint::layer("kqv_out", il), &s.att[..n * hv], n);
+
+        s.mm.prepare(&s.att[..n * hv], n, hv);
+        matmul_prepared(&store.view(&layer.wo)?, &mut s.mm, &mut s.o[..n * d]);
+        add_bias_rows(&mut s.o[..n * d], layer.bo.as_deref());
+        if let Some(pn) = &layer.post_attn_norm {
+            for row in s.o[..n * d].chunks_exact_mut(d) {
+                rms_norm_inplace(row, pn, cfg.norm_eps);
             }
-            trace::tensor(&format!("ffn_post_norm-{il}"), out, n);
-            if cfg.parallel_residual {
-                // (attention + ffn) + residual, in llama.cpp's order.
-                add_inplace(&mut s.o[..n * d], &s.h[..n * d]);
-            }
+        }
+        tr.tensor(TracePoint::layer("attn_post_norm", il), &s.o[..n * d], n);
+        if !cfg.parallel_residual {
             add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
-            trace::tensor(&format!("l_out-{il}"), &s.x[..n * d], n);
+            tr.tensor(TracePoint::layer("sa_out", il), &s.x[..n * d], n);
         }
-        // The rows' pages are complete in every layer: make full ones findable.
-        for r in rows {
-            self.kv.commit(r.seq)?;
-        }
+        Ok(())
+    }
 
-        // Output head.
-        let vocab = cfg.vocab_size;
-        let output = store.view(&spec.output)?;
-        let produced = match out_rows {
+    /// The feed-forward block of layer `il`: norm (sequential blocks; a parallel block's
+    /// input is the attention norm's output, still in `s.h`), the feed-forward network
+    /// itself, post-norm, and the residual add (for parallel blocks, attention's and the
+    /// feed-forward's outputs together).
+    fn ffn_block(&mut self, il: usize, layer: &LayerSpec) -> Result<(), ModelError> {
+        if let Some(norm) = &layer.ffn_norm {
+            self.norm_rows(norm);
+        }
+        self.dense_ffn(il, layer)?;
+        let (cfg, n) = (self.cfg, self.batch.n);
+        let d = cfg.n_embd;
+        let s = &mut *self.s;
+        let out = if cfg.parallel_residual {
+            &mut s.h[..n * d]
+        } else {
+            &mut s.o[..n * d]
+        };
+        if let Some(pn) = &layer.post_ffn_norm {
+            for row in out.chunks_exact_mut(d) {
+                rms_norm_inplace(row, pn, cfg.norm_eps);
+            }
+        }
+        self.trace
+            .tensor(TracePoint::layer("ffn_post_norm", il), out, n);
+        if cfg.parallel_residual {
+            // (attention + ffn) + residual, in llama.cpp's order.
+            add_inplace(&mut s.o[..n * d], &s.h[..n * d]);
+        }
+        add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
+        self.trace
+            .tensor(TracePoint::layer("l_out", il), &s.x[..n * d], n);
+        Ok(())
+    }
+
+    /// A dense feed-forward network over `s.h`: `down(act(gate) · up)` when gated,
+    /// `down(act(up))` when not, with biases where the model has them. The output goes to
+    /// `s.h` for parallel blocks and to `s.o` otherwise.
+    fn dense_ffn(&mut self, il: usize, layer: &LayerSpec) -> Result<(), ModelError> {
+        let (cfg, store, n) = (self.cfg, self.store, self.batch.n);
+        let (d, ff) = (cfg.n_embd, cfg.n_ff);
+        let tr = &mut *self.trace;
+        let s = &mut *self.s;
+        s.mm.prepare(&s.h[..n * d], n, d);
+        matmul_prepared(&store.view(&layer.w_up)?, &mut s.mm, &mut s.up[..n * ff]);
+        add_bias_rows(&mut s.up[..n * ff], layer.b_up.as_deref());
+        tr.tensor(TracePoint::layer("ffn_up", il), &s.up[..n * ff], n);
+        let act = match &layer.w_gate {
+            Some(w_gate) => {
+                matmul_prepared(&store.view(w_gate)?, &mut s.mm, &mut s.gate[..n * ff]);
+                tr.tensor(TracePoint::layer("ffn_gate", il), &s.gate[..n * ff], n);
+                gated_activation(&mut s.gate[..n * ff], &s.up[..n * ff], cfg.activation);
+                &s.gate[..n * ff]
+            }
+            None => {
+                activation_inplace(&mut s.up[..n * ff], cfg.activation);
+                &s.up[..n * ff]
+            }
+        };
+        tr.tensor(TracePoint::layer("ffn_act", il), act, n);
+        s.mm.prepare(act, n, ff);
+        let out = if cfg.parallel_residual {
+            &mut s.h[..n * d]
+        } else {
+            &mut s.o[..n * d]
+        };
+        matmul_prepared(&store.view(&layer.w_down)?, &mut s.mm, out);
+        add_bias_rows(out, layer.b_down.as_deref());
+        Ok(())
+    }
+
+    /// The output head: final norm of the tokens whose logits `out` asks for, the output
+    /// projection (bias, soft-cap) into `s.logits`, packed as `out` says.
+    fn head(&mut self, out: OutRows) -> Result<(), ModelError> {
+        let (cfg, spec, n) = (self.cfg, self.spec, self.batch.n);
+        let (d, vocab) = (cfg.n_embd, cfg.vocab_size);
+        let s = &mut *self.s;
+        let output = self.store.view(&spec.output)?;
+        let produced = match out {
             OutRows::Skip => return Ok(()),
             OutRows::LastOfRows => {
                 // The last token of each row that asks, packed.
                 let mut k = 0;
                 let mut end = 0;
-                for r in rows {
+                for r in self.batch.rows {
                     end += r.tokens.len();
                     if r.logits {
                         let last = &s.x[(end - 1) * d..end * d];
@@ -797,14 +910,8 @@ impl Session {
                 0..k * vocab
             }
             OutRows::AllFrom(r) => {
-                for t in 0..n {
-                    spec.output_norm.apply(
-                        cfg.norm,
-                        cfg.norm_eps,
-                        &s.x[t * d..(t + 1) * d],
-                        &mut s.h[t * d..(t + 1) * d],
-                    );
-                }
+                self.norm_rows(&spec.output_norm);
+                let s = &mut *self.s;
                 s.mm.prepare(&s.h[..n * d], n, d);
                 matmul_prepared(
                     &output,
@@ -814,13 +921,24 @@ impl Session {
                 r * vocab..(r + n) * vocab
             }
         };
-        let logits = &mut s.logits[produced];
+        let logits = &mut self.s.logits[produced];
         add_bias_rows(logits, spec.output_bias.as_deref());
         if let Some(cap) = cfg.final_logit_softcap {
             softcap_inplace(logits, cap);
         }
         Ok(())
     }
+}
+
+/// An empty list of attention descriptors with `v`'s allocation, for any lifetime: the
+/// descriptors borrow one layer's buffers, the allocation is kept for every layer.
+fn recycle<'b>(mut v: Vec<SeqAttn<'_>>) -> Vec<SeqAttn<'b>> {
+    v.clear();
+    // Collecting an emptied vector's iterator into one of a same-layout type reuses its
+    // allocation.
+    v.into_iter()
+        .map(|_| unreachable!("the vector is empty"))
+        .collect()
 }
 
 /// Adds `bias` to every row of `x` (rows of `bias.len()`), if there is a bias.

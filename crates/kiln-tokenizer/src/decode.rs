@@ -222,8 +222,15 @@ impl<'t> StreamDecoder<'t> {
 
     /// Adds one id; returns the text it completes (possibly empty).
     pub fn push(&mut self, id: u32) -> String {
-        push_piece(self.tok, id, &mut self.first, &mut self.pending);
         let mut out = String::new();
+        self.push_into(id, &mut out);
+        out
+    }
+
+    /// [`StreamDecoder::push`] appending to `out`, so a caller that keeps one buffer
+    /// allocates nothing per token.
+    pub fn push_into(&mut self, id: u32, out: &mut String) {
+        push_piece(self.tok, id, &mut self.first, &mut self.pending);
         let mut rest: &[u8] = &self.pending;
         loop {
             match std::str::from_utf8(rest) {
@@ -251,7 +258,6 @@ impl<'t> StreamDecoder<'t> {
         let keep = rest.len();
         let drop = self.pending.len() - keep;
         self.pending.drain(..drop);
-        out
     }
 
     /// Flushes held bytes (an incomplete character becomes U+FFFD) and starts over.

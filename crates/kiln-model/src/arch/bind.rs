@@ -277,9 +277,7 @@ pub(crate) fn plain_gelu_config(
     arch: &str,
     rope_style: RopeStyle,
 ) -> Result<ModelConfig, ModelError> {
-    let mut cfg = common_config_with(md, arch, rope_style, Activation::GeluTanh, NormKind::Layer)?;
-    cfg.gated_ffn = false;
-    Ok(cfg)
+    common_config_with(md, arch, rope_style, Activation::GeluTanh, NormKind::Layer)
 }
 
 /// A model spec with the defaults most architectures share (no embedding scale, no

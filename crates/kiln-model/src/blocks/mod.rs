@@ -1,13 +1,23 @@
-//! Building blocks that only some architectures use, written once: normalisation with an
-//! optional bias (RMSNorm or LayerNorm), logit soft-capping, and RoPE frequency factors
-//! (Llama 3 scaling). The llama-style core (RMSNorm, RoPE, gated activations) is in
-//! [`crate::ops`].
+//! The element-wise and row-wise f32 operations of the forward pass, written once for every
+//! architecture: normalisation (RMSNorm, LayerNorm), RoPE (tables, pairing styles, Llama 3
+//! frequency factors), feed-forward activations, residual adds and soft-capping. They follow
+//! ggml's arithmetic where rounding could show in the output (double accumulation in the
+//! norms, RoPE angles by repeated multiplication, GELU through an f16 table).
 
+pub(crate) mod act;
 mod norm;
 mod rope;
 
-pub(crate) use norm::Norm;
-pub(crate) use rope::{llama3_rope_factors, rope_table_with_factors};
+pub(crate) use act::{activation_inplace, gated_activation};
+pub(crate) use norm::{Norm, rms_norm_inplace};
+pub(crate) use rope::{llama3_rope_factors, rope_apply, rope_table_with_factors};
+
+/// `x += y`.
+pub(crate) fn add_inplace(x: &mut [f32], y: &[f32]) {
+    for (a, &b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}
 
 /// `x = cap · tanh(x / cap)` (Gemma 2 attention scores and final logits).
 pub(crate) fn softcap_inplace(x: &mut [f32], cap: f32) {

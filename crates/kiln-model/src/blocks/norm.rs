@@ -1,8 +1,30 @@
-//! Pre- and post-block normalisation: RMSNorm (llama family) or LayerNorm with a bias
-//! (phi-2, GPT-2).
+//! Normalisation: RMSNorm (llama family; also per head, and after blocks) or LayerNorm with
+//! a bias (phi-2, GPT-2), with ggml's arithmetic (sums of squares accumulated in f64).
 
 pub use crate::config::NormKind;
-use crate::ops::rms_norm;
+
+/// `out = x / rms(x) * weight` over one row. The sum of squares is accumulated in f64 as
+/// ggml does.
+pub(crate) fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    debug_assert_eq!(x.len(), weight.len());
+    debug_assert_eq!(x.len(), out.len());
+    let sum: f64 = x.iter().map(|&v| (v * v) as f64).sum();
+    let mean = (sum / x.len() as f64) as f32;
+    let scale = 1.0 / (mean + eps).sqrt();
+    for ((o, &v), &w) in out.iter_mut().zip(x).zip(weight) {
+        *o = (v * scale) * w;
+    }
+}
+
+/// In-place RMSNorm of one row with a weight.
+pub(crate) fn rms_norm_inplace(x: &mut [f32], weight: &[f32], eps: f32) {
+    let sum: f64 = x.iter().map(|&v| (v * v) as f64).sum();
+    let mean = (sum / x.len() as f64) as f32;
+    let scale = 1.0 / (mean + eps).sqrt();
+    for (v, &w) in x.iter_mut().zip(weight) {
+        *v = (*v * scale) * w;
+    }
+}
 
 /// The weights of one normalisation (the bias only for LayerNorm, when the model has it).
 #[derive(Clone, Debug)]
@@ -47,6 +69,17 @@ pub(crate) fn layer_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rms_norm_of_constant_row_is_the_weight() {
+        let x = [3.0f32; 8];
+        let w = [0.5f32, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0];
+        let mut out = [0.0f32; 8];
+        rms_norm(&x, &w, 0.0, &mut out);
+        for (o, w) in out.iter().zip(w) {
+            assert!((o - w).abs() < 1e-6);
+        }
+    }
 
     #[test]
     fn layer_norm_centres_scales_and_adds_the_bias() {

@@ -30,8 +30,8 @@ mod tests;
 use kiln_quant::{MatmulScratch, QMatrix, matmul_prepared};
 
 use crate::ModelError;
+use crate::blocks::act::{activation_inplace, gated_activation, silu};
 use crate::config::Activation;
-use crate::ops::{activation_inplace, gated_activation, silu};
 use crate::weights::{ExpertMatrices, Weight, WeightStore};
 
 use config::MoeConfig;

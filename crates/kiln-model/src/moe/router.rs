@@ -20,7 +20,7 @@
 //! (Mixtral). Exact ties of f32 probabilities do not arise from real activations.
 
 use super::config::{Gating, MoeConfig};
-use crate::ops::softmax_inplace;
+use crate::blocks::act::softmax_inplace;
 
 /// llama.cpp's floor for the sum of the selected weights (the smallest normal f16).
 pub const WEIGHT_SUM_FLOOR: f32 = 1.0 / 16384.0;
