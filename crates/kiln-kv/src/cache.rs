@@ -69,6 +69,9 @@ pub struct KvCache {
     row: Vec<u8>,
     /// A head vector being rotated before it is stored.
     rot: Vec<f32>,
+    /// Filled slots per block, the scratch of [`KvCache::stats`] (sized once, so reading
+    /// the statistics allocates nothing).
+    pub(crate) fill: std::sync::Mutex<Vec<u16>>,
 }
 
 impl KvCache {
@@ -86,6 +89,7 @@ impl KvCache {
         let vw = cfg.n_blocks * cfg.v_block_stride() / 8;
         let row = vec![0u8; 4 * cfg.head_dim_k.max(cfg.head_dim_v)];
         let rot = vec![0f32; cfg.head_dim_k.max(cfg.head_dim_v)];
+        let cfg_n_blocks = cfg.n_blocks;
         Ok(KvCache {
             k: (0..cfg.n_layer).map(|_| vec![0u64; kw]).collect(),
             v: (0..cfg.n_layer).map(|_| vec![0u64; vw]).collect(),
@@ -100,6 +104,7 @@ impl KvCache {
             compactions: 0,
             row,
             rot,
+            fill: std::sync::Mutex::new(vec![0; cfg_n_blocks]),
         })
     }
 

@@ -71,7 +71,9 @@ impl KvCache {
         let bs = self.cfg.block_size;
         let n = self.pool.n_blocks();
         // Filled slots per block: the most any holder uses of it.
-        let mut fill = vec![0u16; n];
+        let mut fill = self.fill.lock().unwrap_or_else(|e| e.into_inner());
+        fill.clear();
+        fill.resize(n, 0);
         let mut tokens = 0;
         let mut active = 0;
         for s in self.seqs.iter().flatten() {
