@@ -285,6 +285,28 @@ impl WeightStore {
     }
 
     /// `f` is in a type the kernels cannot compute with.
+    /// The type of `f` if it has the `expected` dimensions (and a layout the caller can
+    /// take: `layout_ok`) and a type the kernels support; the error naming the tensor
+    /// otherwise.
+    fn check_shape_and_type(
+        &self,
+        f: &Found,
+        expected: Vec<u64>,
+        layout_ok: bool,
+    ) -> Result<GgmlType, ModelError> {
+        if f.dims != expected || !layout_ok {
+            return Err(ModelError::ShapeMismatch {
+                tensor: f.name.clone(),
+                expected,
+                found: f.dims.clone(),
+            });
+        }
+        match f.ty {
+            Some(ty) if kiln_quant::is_supported(ty) => Ok(ty),
+            _ => Err(self.unsupported(f)),
+        }
+    }
+
     fn unsupported(&self, f: &Found) -> ModelError {
         match self.kind() {
             SourceKind::Gguf => {
@@ -312,17 +334,7 @@ impl WeightStore {
             Transform::Transpose => vec![rows as u64, cols as u64],
             _ => vec![cols as u64, rows as u64],
         });
-        if f.dims != expected {
-            return Err(ModelError::ShapeMismatch {
-                tensor: f.name,
-                expected,
-                found: f.dims,
-            });
-        }
-        let ty = match f.ty {
-            Some(ty) if kiln_quant::is_supported(ty) => ty,
-            _ => return Err(self.unsupported(&f)),
-        };
+        let ty = self.check_shape_and_type(&f, expected, true)?;
         let mut w = match f.transform {
             Transform::Transpose => {
                 let buf = transpose(f.data, ty.block_bytes(), cols, rows);
@@ -374,17 +386,7 @@ impl WeightStore {
     ) -> Result<ExpertMatrices, ModelError> {
         let f = self.find(name).ok_or_else(|| self.missing(name))?;
         let expected = trim_trailing_ones(&[cols as u64, rows as u64, n_expert as u64]);
-        if f.dims != expected || f.transform != Transform::None {
-            return Err(ModelError::ShapeMismatch {
-                tensor: f.name,
-                expected,
-                found: f.dims,
-            });
-        }
-        let ty = match f.ty {
-            Some(ty) if kiln_quant::is_supported(ty) => ty,
-            _ => return Err(self.unsupported(&f)),
-        };
+        let ty = self.check_shape_and_type(&f, expected, f.transform == Transform::None)?;
         let total_rows = rows.checked_mul(n_expert).ok_or_else(|| {
             ModelError::InvalidConfig(format!(
                 "{name}: {n_expert} experts of {rows} rows overflow"
