@@ -6,13 +6,18 @@
 //! post-norms, GELU, local and global layers with their own RoPE base), and on the tiny
 //! checkpoints of `testdata/hf-tiny`: llama (GQA, Llama 3 RoPE frequency factors), qwen2,
 //! mistral (sliding window), qwen3 (`q_dim ≠ hidden`, per-head Q/K norms, BF16), gemma3
-//! and gemma2 (attention and logit soft-caps, alternating sliding layers).
+//! and gemma2 (attention and logit soft-caps, alternating sliding layers), phi3 (fused QKV
+//! and gate+up, F16), phi2 (parallel blocks, LayerNorm with biases, partial rotary) and
+//! GPT-2 (learned positions, LayerNorm, no RoPE).
 //!
-//! The hyper-parameters (sizes, epsilon, RoPE bases, attention scale) come from the loaded
-//! model's [`ModelConfig`]; everything computed from them is written out here.
+//! The hyper-parameters (sizes, epsilon, RoPE bases, attention scale, soft-caps) come from
+//! the loaded model's [`ModelConfig`], the sliding windows from its GGUF metadata;
+//! everything computed from them is written out here. A checkpoint directory is read
+//! through Kiln's GGUF conversion of it, so the same tensor names serve every model.
 //!
-//! Differences are expected: the fast path rounds matmul inputs to 8-bit blocks, keeps K
-//! and V in f16, and accumulates attention in f16 for one-row passes. Each tensor is
+//! Differences are expected: the fast path rounds matmul inputs to 8-bit blocks (to the
+//! weight type for F16/BF16 weights), keeps K and V in f16, and accumulates attention in
+//! f16 for one-row passes. Each tensor is
 //! compared by its relative RMS difference, `‖fast − ref‖ / ‖ref‖`.
 
 mod common;
@@ -22,7 +27,7 @@ use std::sync::{Arc, Mutex};
 
 use common::{ids, read_json, testdata};
 use kiln_format::GgufFile;
-use kiln_model::{Logits, Model, ModelConfig, RopeStyle, Session};
+use kiln_model::{Activation, Logits, Model, ModelConfig, NormKind, RopeStyle, Session};
 
 /// A GGUF tensor dequantized to f32, row-major (`rows × cols`, `cols` = its first dimension).
 fn tensor(f: &GgufFile, name: &str) -> Option<Vec<f32>> {
@@ -42,6 +47,27 @@ fn rmsnorm(out: &mut [f32], x: &[f32], w: &[f32], eps: f32) {
     let s = 1.0 / (ss + eps).sqrt();
     for i in 0..x.len() {
         out[i] = x[i] * s * w[i];
+    }
+}
+
+/// `out = (x − mean) / std · w + b`: LayerNorm when `cfg.norm` says so, else RMSNorm (no
+/// mean, no bias).
+fn norm(out: &mut [f32], x: &[f32], w: &[f32], b: Option<&[f32]>, cfg: &ModelConfig) {
+    if cfg.norm == NormKind::Rms {
+        return rmsnorm(out, x, w, cfg.norm_eps);
+    }
+    let len = x.len() as f32;
+    let mean = x.iter().sum::<f32>() / len;
+    let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / len;
+    let s = 1.0 / (var + cfg.norm_eps).sqrt();
+    for i in 0..x.len() {
+        out[i] = (x[i] - mean) * s * w[i] + b.map_or(0.0, |b| b[i]);
+    }
+}
+
+fn add(y: &mut [f32], b: Option<&[f32]>) {
+    if let Some(b) = b {
+        y.iter_mut().zip(b).for_each(|(y, b)| *y += b);
     }
 }
 
@@ -107,6 +133,16 @@ fn reference_forward(f: &GgufFile, cfg: &ModelConfig, tokens: &[u32]) -> HashMap
     if gemma {
         x.iter_mut().flatten().for_each(|v| *v *= (d as f32).sqrt());
     }
+    // GPT-2's learned positions.
+    if let Some(pos) = tensor(f, "position_embd.weight") {
+        for (t, xt) in x.iter_mut().enumerate() {
+            add(xt, Some(&pos[t * d..(t + 1) * d]));
+        }
+    }
+    let act = |v: f32| match cfg.activation {
+        Activation::Silu => silu(v),
+        Activation::GeluTanh => gelu_tanh(v),
+    };
     let rope_freqs = tensor(f, "rope_freqs.weight");
     // Sliding-window layers attend to the last `window` positions only: every layer of a
     // Mistral; for Gemma, the layers the pattern marks (a per-layer list, or a period `p`:
@@ -115,7 +151,8 @@ fn reference_forward(f: &GgufFile, cfg: &ModelConfig, tokens: &[u32]) -> HashMap
     let window = md
         .opt_u32(&format!("{arch}.attention.sliding_window"))
         .expect("window")
-        .map(|w| w as usize);
+        .map(|w| w as usize)
+        .filter(|_| ["llama", "gemma2", "gemma3"].contains(&arch));
     let sliding: Vec<bool> = match md.get(&format!("{arch}.attention.sliding_window_pattern")) {
         Some(kiln_format::Value::Array(kiln_format::Array::Bool(v))) => v.clone(),
         other => {
@@ -138,8 +175,25 @@ fn reference_forward(f: &GgufFile, cfg: &ModelConfig, tokens: &[u32]) -> HashMap
         let w = |name: &str| weight(f, &format!("blk.{l}.{name}.weight"));
         let b = |name: &str| tensor(f, &format!("blk.{l}.{name}.bias"));
         let opt_w = |name: &str| tensor(f, &format!("blk.{l}.{name}.weight"));
-        let (wq, wk, wv, wo) = (w("attn_q"), w("attn_k"), w("attn_v"), w("attn_output"));
-        let (bq, bk, bv) = (b("attn_q"), b("attn_k"), b("attn_v"));
+        // Q/K/V: separate, or one fused matrix (and bias) of Q, then K, then V rows.
+        let split = |m: Vec<f32>, cols: usize| {
+            let (q, kv) = m.split_at(qd * cols);
+            let (k, v) = kv.split_at(kvd * cols);
+            (q.to_vec(), k.to_vec(), v.to_vec())
+        };
+        let (wq, wk, wv) = match opt_w("attn_qkv") {
+            Some(qkv) => split(qkv, d),
+            None => (w("attn_q"), w("attn_k"), w("attn_v")),
+        };
+        let (bq, bk, bv) = match b("attn_qkv") {
+            Some(qkv) => {
+                let (q, k, v) = split(qkv, 1);
+                (Some(q), Some(k), Some(v))
+            }
+            None => (b("attn_q"), b("attn_k"), b("attn_v")),
+        };
+        let (wo, bo) = (w("attn_output"), b("attn_output"));
+        let (wn, bn) = (w("attn_norm"), b("attn_norm"));
         let window = window.filter(|_| slides).unwrap_or(usize::MAX);
         let base = if arch == "gemma3" && slides {
             swa_base
@@ -153,14 +207,12 @@ fn reference_forward(f: &GgufFile, cfg: &ModelConfig, tokens: &[u32]) -> HashMap
             vec![vec![0.0; kvd]; n],
         );
         for t in 0..n {
-            rmsnorm(&mut xb[t], &x[t], &w("attn_norm"), cfg.norm_eps);
+            norm(&mut xb[t], &x[t], &wn, bn.as_deref(), cfg);
             matmul(&mut q[t], &xb[t], &wq);
             matmul(&mut k[t], &xb[t], &wk);
             matmul(&mut v[t], &xb[t], &wv);
             for (y, bias) in [(&mut q[t], &bq), (&mut k[t], &bk), (&mut v[t], &bv)] {
-                if let Some(bias) = bias {
-                    y.iter_mut().zip(bias).for_each(|(y, b)| *y += b);
-                }
+                add(y, bias.as_deref());
             }
             // Per-head Q/K RMSNorm (Qwen3, Gemma 3).
             if let (Some(qn), Some(kn)) = (opt_w("attn_q_norm"), opt_w("attn_k_norm")) {
@@ -202,42 +254,77 @@ fn reference_forward(f: &GgufFile, cfg: &ModelConfig, tokens: &[u32]) -> HashMap
             }
         }
         record(format!("kqv_out-{l}"), &att);
-        let (wg, wu, wd) = (w("ffn_gate"), w("ffn_up"), w("ffn_down"));
+        // Feed-forward: gated, down(act(gate) · up), with the gate its own matrix or the
+        // first half of a fused gate+up one (phi3); or plain, down(act(up)) (phi2, GPT-2).
+        let (wg, wu) = match opt_w("ffn_gate") {
+            Some(g) => (Some(g), w("ffn_up")),
+            None => {
+                let up = w("ffn_up");
+                if up.len() == 2 * ff * d {
+                    let (g, u) = up.split_at(ff * d);
+                    (Some(g.to_vec()), u.to_vec())
+                } else {
+                    (None, up)
+                }
+            }
+        };
+        let (bu, wd, bd) = (b("ffn_up"), w("ffn_down"), b("ffn_down"));
+        let (fnw, fnb) = (opt_w("ffn_norm"), b("ffn_norm"));
         for t in 0..n {
             let mut o = vec![0.0; d];
             matmul(&mut o, &att[t], &wo);
+            add(&mut o, bo.as_deref());
             if gemma {
                 let o2 = o.clone();
                 rmsnorm(&mut o, &o2, &w("post_attention_norm"), cfg.norm_eps);
             }
-            x[t].iter_mut().zip(&o).for_each(|(x, o)| *x += o);
-            // Gated feed-forward: down(act(gate) · up), SiLU or (Gemma) GELU.
-            rmsnorm(&mut xb[t], &x[t], &w("ffn_norm"), cfg.norm_eps);
-            let (mut gate, mut up) = (vec![0.0; ff], vec![0.0; ff]);
-            matmul(&mut gate, &xb[t], &wg);
+            // A parallel block (phi2) feeds the attention's input to the feed-forward and
+            // adds both outputs to the residual together.
+            if !cfg.parallel_residual {
+                x[t].iter_mut().zip(&o).for_each(|(x, o)| *x += o);
+                let fnw = fnw.as_deref().expect("ffn_norm");
+                norm(&mut xb[t], &x[t], fnw, fnb.as_deref(), cfg);
+            }
+            let mut up = vec![0.0; ff];
             matmul(&mut up, &xb[t], &wu);
-            for (g, u) in gate.iter_mut().zip(&up) {
-                *g = if gemma { gelu_tanh(*g) } else { silu(*g) } * u;
+            add(&mut up, bu.as_deref());
+            match &wg {
+                Some(wg) => {
+                    let mut gate = vec![0.0; ff];
+                    matmul(&mut gate, &xb[t], wg);
+                    up.iter_mut().zip(&gate).for_each(|(u, g)| *u *= act(*g));
+                }
+                None => up.iter_mut().for_each(|u| *u = act(*u)),
             }
-            matmul(&mut o, &gate, &wd);
+            let mut fo = vec![0.0; d];
+            matmul(&mut fo, &up, &wd);
+            add(&mut fo, bd.as_deref());
             if gemma {
-                let o2 = o.clone();
-                rmsnorm(&mut o, &o2, &w("post_ffw_norm"), cfg.norm_eps);
+                let fo2 = fo.clone();
+                rmsnorm(&mut fo, &fo2, &w("post_ffw_norm"), cfg.norm_eps);
             }
-            x[t].iter_mut().zip(&o).for_each(|(x, o)| *x += o);
+            if cfg.parallel_residual {
+                fo.iter_mut().zip(&o).for_each(|(f, o)| *f += o);
+            }
+            x[t].iter_mut().zip(&fo).for_each(|(x, f)| *x += f);
         }
         record(format!("l_out-{l}"), &x);
     }
     // Final norm and logits (the output matrix is the embedding when the model ties them).
     let wout = tensor(f, "output.weight").unwrap_or(emb);
-    let norm = weight(f, "output_norm.weight");
+    let (onw, onb) = (
+        weight(f, "output_norm.weight"),
+        tensor(f, "output_norm.bias"),
+    );
+    let ob = tensor(f, "output.bias");
     let logits: Vec<Vec<f32>> = x
         .iter()
         .map(|xt| {
             let mut xb = vec![0.0; d];
-            rmsnorm(&mut xb, xt, &norm, cfg.norm_eps);
+            norm(&mut xb, xt, &onw, onb.as_deref(), cfg);
             let mut y = vec![0.0; cfg.vocab_size];
             matmul(&mut y, &xb, &wout);
+            add(&mut y, ob.as_deref());
             if let Some(c) = cfg.final_logit_softcap {
                 y.iter_mut().for_each(|l| *l = c * (*l / c).tanh());
             }
@@ -407,7 +494,8 @@ fn gemma3_fast_path_tracks_the_f32_reference_layer_by_layer() {
 // Fixture bounds: the worst relative RMS difference over the layers measured on the golden
 // prompt, with about 1.5x headroom; measured (attn_norm, Qcur, kqv_out, l_out, logits) in
 // each test's comment. The F32 checkpoints differ only by the f16 KV cache and attention
-// accumulation (~1e-3 and below); qwen3 also rounds activations to BF16 for its matmuls.
+// accumulation (~1e-3 and below); qwen3 (BF16) and phi3 (F16) also round activations to
+// their weight type for the matmuls.
 
 #[test]
 fn hf_tiny_llama_fast_path_tracks_the_f32_reference_layer_by_layer() {
@@ -495,6 +583,52 @@ fn hf_tiny_gemma2_fast_path_tracks_the_f32_reference_layer_by_layer() {
             ("kqv_out", 6.8e-4),
             ("l_out", 2.3e-4),
             ("logits", 3.2e-4),
+        ],
+    );
+}
+
+#[test]
+fn hf_tiny_phi3_fast_path_tracks_the_f32_reference_layer_by_layer() {
+    // F16 weights: activations rounded to f16 for the matmuls.
+    // Measured 1.23e-3, 1.18e-3, 1.87e-3, 1.67e-3, 2.04e-3.
+    check_fixture(
+        "phi3",
+        &[
+            ("attn_norm", 1.8e-3),
+            ("Qcur", 1.8e-3),
+            ("kqv_out", 2.8e-3),
+            ("l_out", 2.5e-3),
+            ("logits", 3.1e-3),
+        ],
+    );
+}
+
+#[test]
+fn hf_tiny_phi2_fast_path_tracks_the_f32_reference_layer_by_layer() {
+    // Measured 4.0e-4, 4.1e-4, 6.1e-4, 5.0e-4, 4.8e-4.
+    check_fixture(
+        "phi2",
+        &[
+            ("attn_norm", 6e-4),
+            ("Qcur", 6.2e-4),
+            ("kqv_out", 9e-4),
+            ("l_out", 7.5e-4),
+            ("logits", 7.1e-4),
+        ],
+    );
+}
+
+#[test]
+fn hf_tiny_gpt2_fast_path_tracks_the_f32_reference_layer_by_layer() {
+    // Measured 4.1e-4, 4.3e-4, 5.6e-4, 4.7e-4, 5.2e-4.
+    check_fixture(
+        "gpt2",
+        &[
+            ("attn_norm", 6.2e-4),
+            ("Qcur", 6.5e-4),
+            ("kqv_out", 8.3e-4),
+            ("l_out", 7.1e-4),
+            ("logits", 7.9e-4),
         ],
     );
 }
