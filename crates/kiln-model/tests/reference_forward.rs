@@ -147,7 +147,8 @@ fn reference_forward(f: &GgufFile, cfg: &ModelConfig, tokens: &[u32]) -> HashMap
     // Sliding-window layers attend to the last `window` positions only: every layer of a
     // Mistral; for Gemma, the layers the pattern marks (a per-layer list, or a period `p`:
     // layer `l` slides when `l % p < p - 1`; Gemma 3 by default five of every six, Gemma 2
-    // every other one), which Gemma 3 rotates with their own base.
+    // every other one), which Gemma 3 rotates with their own base. The window some Phi-3
+    // configs declare is not applied (as in llama.cpp).
     let window = md
         .opt_u32(&format!("{arch}.attention.sliding_window"))
         .expect("window")
