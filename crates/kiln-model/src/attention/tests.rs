@@ -47,140 +47,88 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-/// The one-row attention over contiguous f16 K/V (token-major rows of all KV heads): f16
-/// query, sequential f32 dot of exact products, online softmax, f16 accumulator.
-fn plain_f16_one_row(
+/// Attention over contiguous f16 K/V (token-major rows of all KV heads) in llama.cpp's two
+/// arithmetics (see the module docs of `attention.rs`), as [`plain_attention`] over the
+/// values widened (exactly) to f32:
+/// - one-row (`prompt == false`): f16 query, sequential f32 sum of exact products, f16
+///   accumulator (one rounding per multiply-add);
+/// - prompt: f32 query, sequential fused dot with the widened keys, f32 accumulator.
+fn plain_f16(
     cfg: &ModelConfig,
     shape: &AttnShape,
     q: &[f32],
     k: &[f16],
     v: &[f16],
+    prompt: bool,
 ) -> Vec<f32> {
-    let (nh, hd, hdv) = (cfg.n_head, cfg.head_dim, cfg.head_dim_v);
+    let (nh, hd) = (cfg.n_head, cfg.head_dim);
     let group = nh / cfg.n_head_kv;
-    let (kd, vd) = (cfg.k_dim(), cfg.v_dim());
-    let scale = cfg.attn_scale / cfg.attn_softcap.unwrap_or(1.0);
-    let mut out = vec![0.0; shape.n_tokens * nh * hdv];
-    for t in 0..shape.n_tokens {
-        let pos = shape.pos0 + t;
-        let first = match shape.window {
-            Some(w) if pos + 1 > w => pos + 1 - w,
-            _ => 0,
-        };
-        for h in 0..nh {
-            let g = h / group;
-            let q16: Vec<f16> = q[t * nh * hd + h * hd..][..hd]
-                .iter()
-                .map(|&x| f16::from_f32(x))
-                .collect();
-            let mut acc = vec![f16::ZERO; hdv];
-            let (mut max, mut sum) = (f32::NEG_INFINITY, 0.0f32);
-            for j in first..=pos {
-                let kj = &k[j * kd + g * hd..][..hd];
-                let mut s: f32 = q16
-                    .iter()
-                    .zip(kj)
-                    .map(|(a, b)| a.to_f32() * b.to_f32())
-                    .sum();
-                s *= scale;
-                if let Some(c) = cfg.attn_softcap {
-                    s = c * s.tanh();
-                }
-                let vj = &v[j * vd + g * hdv..][..hdv];
-                if s > max {
-                    let ms = (max - s).exp();
-                    max = s;
-                    for a in acc.iter_mut() {
-                        *a = f16::from_f32(a.to_f32() * ms);
-                    }
-                    for (a, x) in acc.iter_mut().zip(vj) {
-                        *a = f16::from_f32(x.to_f32().mul_add(1.0, a.to_f32()));
-                    }
-                    sum = sum * ms + 1.0;
-                } else {
-                    let vs = (s - max).exp();
-                    for (a, x) in acc.iter_mut().zip(vj) {
-                        *a = f16::from_f32(x.to_f32().mul_add(vs, a.to_f32()));
-                    }
-                    sum += vs;
-                }
-            }
-            let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-            for (o, a) in out[t * nh * hdv + h * hdv..][..hdv].iter_mut().zip(&acc) {
-                *o = a.to_f32() * inv;
-            }
+    let kd = cfg.k_dim();
+    let dot = |h: usize, t: usize, j: usize| -> f32 {
+        let qh = &q[t * nh * hd + h * hd..][..hd];
+        let kj = &k[j * kd + (h / group) * hd..][..hd];
+        if prompt {
+            qh.iter()
+                .zip(kj)
+                .fold(-0.0f32, |acc, (a, b)| a.mul_add(b.to_f32(), acc))
+        } else {
+            qh.iter()
+                .zip(kj)
+                .map(|(&a, b)| f16::from_f32(a).to_f32() * b.to_f32())
+                .sum()
         }
+    };
+    let v: Vec<f32> = v.iter().map(|x| x.to_f32()).collect();
+    if prompt {
+        plain_attention::<f32>(cfg, shape, &dot, &v)
+    } else {
+        plain_attention::<f16>(cfg, shape, &dot, &v)
     }
-    out
 }
 
-/// The prompt attention over contiguous f16 K/V (token-major rows of all KV heads): f32
-/// query, sequential fused dot with the widened keys, online softmax, f32 accumulator over
-/// the widened values (llama.cpp's tiled flash attention arithmetic, per key).
-fn plain_f16_prompt(
-    cfg: &ModelConfig,
-    shape: &AttnShape,
-    q: &[f32],
-    k: &[f16],
-    v: &[f16],
-) -> Vec<f32> {
-    let (nh, hd, hdv) = (cfg.n_head, cfg.head_dim, cfg.head_dim_v);
-    let group = nh / cfg.n_head_kv;
-    let (kd, vd) = (cfg.k_dim(), cfg.v_dim());
-    let scale = cfg.attn_scale / cfg.attn_softcap.unwrap_or(1.0);
-    let mut out = vec![0.0; shape.n_tokens * nh * hdv];
-    for t in 0..shape.n_tokens {
-        let pos = shape.pos0 + t;
-        let first = match shape.window {
-            Some(w) if pos + 1 > w => pos + 1 - w,
-            _ => 0,
-        };
-        for h in 0..nh {
-            let g = h / group;
-            let qh = &q[t * nh * hd + h * hd..][..hd];
-            let mut acc = vec![0.0f32; hdv];
-            let (mut max, mut sum) = (f32::NEG_INFINITY, 0.0f32);
-            for j in first..=pos {
-                let kj = &k[j * kd + g * hd..][..hd];
-                let mut s = qh
-                    .iter()
-                    .zip(kj)
-                    .fold(-0.0f32, |acc, (a, b)| a.mul_add(b.to_f32(), acc));
-                s *= scale;
-                if let Some(c) = cfg.attn_softcap {
-                    s = c * s.tanh();
-                }
-                let vj = &v[j * vd + g * hdv..][..hdv];
-                if s > max {
-                    let ms = (max - s).exp();
-                    max = s;
-                    for a in acc.iter_mut() {
-                        *a *= ms;
-                    }
-                    for (a, x) in acc.iter_mut().zip(vj) {
-                        *a = x.to_f32().mul_add(1.0, *a);
-                    }
-                    sum = sum * ms + 1.0;
-                } else {
-                    let vs = (s - max).exp();
-                    for (a, x) in acc.iter_mut().zip(vj) {
-                        *a = x.to_f32().mul_add(vs, *a);
-                    }
-                    sum += vs;
-                }
-            }
-            let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-            for (o, a) in out[t * nh * hdv + h * hdv..][..hdv].iter_mut().zip(&acc) {
-                *o = a * inv;
-            }
-        }
-    }
-    out
+/// The accumulator of an oracle: f32, or f16 rounded after every operation.
+trait Acc: Copy {
+    const ZERO: Self;
+    fn get(self) -> f32;
+    fn set(x: f32) -> Self;
 }
 
-/// The same with an f32 accumulator over f32 (or dequantized) V rows. `dot(h, t, j)` is the
-/// raw score of query head `h` of token `t` against the key at position `j`.
+impl Acc for f32 {
+    const ZERO: f32 = 0.0;
+    fn get(self) -> f32 {
+        self
+    }
+    fn set(x: f32) -> f32 {
+        x
+    }
+}
+
+impl Acc for f16 {
+    const ZERO: f16 = f16::ZERO;
+    fn get(self) -> f32 {
+        self.to_f32()
+    }
+    fn set(x: f32) -> f16 {
+        f16::from_f32(x)
+    }
+}
+
+/// Online-softmax attention with an f32 accumulator over f32 (or dequantized) V rows.
 fn plain_f32(
+    cfg: &ModelConfig,
+    shape: &AttnShape,
+    dot: &dyn Fn(usize, usize, usize) -> f32,
+    v: &[f32],
+) -> Vec<f32> {
+    plain_attention::<f32>(cfg, shape, dot, v)
+}
+
+/// Online-softmax attention over f32 (or widened, or dequantized) V rows with an
+/// accumulator of type `A`, key by key. `dot(h, t, j)` is the raw score of query head `h`
+/// of token `t` against the key at position `j`; it is scaled (and soft-capped,
+/// `c·tanh(s)`, when the model has a cap), and only the keys within the sliding window, if
+/// any, are attended.
+fn plain_attention<A: Acc>(
     cfg: &ModelConfig,
     shape: &AttnShape,
     dot: &dyn Fn(usize, usize, usize) -> f32,
@@ -189,15 +137,23 @@ fn plain_f32(
     let (nh, hdv) = (cfg.n_head, cfg.head_dim_v);
     let group = nh / cfg.n_head_kv;
     let vd = cfg.v_dim();
+    let scale = cfg.attn_scale / cfg.attn_softcap.unwrap_or(1.0);
     let mut out = vec![0.0; shape.n_tokens * nh * hdv];
     for t in 0..shape.n_tokens {
         let pos = shape.pos0 + t;
+        let first = match shape.window {
+            Some(w) if pos + 1 > w => pos + 1 - w,
+            _ => 0,
+        };
         for h in 0..nh {
             let g = h / group;
-            let mut acc = vec![0.0f32; hdv];
+            let mut acc = vec![A::ZERO; hdv];
             let (mut max, mut sum) = (f32::NEG_INFINITY, 0.0f32);
-            for j in 0..=pos {
-                let s = dot(h, t, j) * cfg.attn_scale;
+            for j in first..=pos {
+                let mut s = dot(h, t, j) * scale;
+                if let Some(c) = cfg.attn_softcap {
+                    s = c * s.tanh();
+                }
                 let vj = &v[j * vd + g * hdv..][..hdv];
                 let (ms, vs) = if s > max {
                     let m = (max - s).exp();
@@ -207,16 +163,16 @@ fn plain_f32(
                     (1.0, (s - max).exp())
                 };
                 if ms != 1.0 {
-                    acc.iter_mut().for_each(|a| *a *= ms);
+                    acc.iter_mut().for_each(|a| *a = A::set(a.get() * ms));
                 }
                 for (a, &x) in acc.iter_mut().zip(vj) {
-                    *a = x.mul_add(vs, *a);
+                    *a = A::set(x.mul_add(vs, a.get()));
                 }
                 sum = sum * ms + vs;
             }
             let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
             for (o, a) in out[t * nh * hdv + h * hdv..][..hdv].iter_mut().zip(&acc) {
-                *o = a * inv;
+                *o = a.get() * inv;
             }
         }
     }
@@ -375,11 +331,7 @@ fn paged_f16_attention_equals_llama_cpps_one_row_and_prompt_arithmetic_bit_for_b
             };
             let q = &case.q[pos0 * case.cfg.q_dim()..];
             for prompt in [false, true] {
-                let want = if prompt {
-                    plain_f16_prompt(&case.cfg, &shape, q, &k16, &v16)
-                } else {
-                    plain_f16_one_row(&case.cfg, &shape, q, &k16, &v16)
-                };
+                let want = plain_f16(&case.cfg, &shape, q, &k16, &v16, prompt);
                 case.prompt = prompt;
                 let got = case.paged(pos0, batch, window, None);
                 assert_eq!(
