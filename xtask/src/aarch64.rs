@@ -198,7 +198,7 @@ fn test_under_qemu(cargo: &str) -> Result<(), XtaskError> {
             if dotprod { "yes" } else { "no" },
             TESTS.join(" ")
         );
-        crate::ci::run_step(
+        crate::step::run_step(
             "test-aarch64",
             &format!("test-aarch64 on qemu -cpu {cpu}"),
             Command::new(cargo)

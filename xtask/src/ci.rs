@@ -7,6 +7,7 @@
 use std::process::Command;
 
 use crate::XtaskError;
+use crate::step::run_step;
 
 /// One step of the gate: a cargo invocation with a name for the report.
 struct Step {
@@ -73,31 +74,6 @@ pub fn run(skip: &[String]) -> Result<(), XtaskError> {
         eprintln!("xtask ci: {} (cargo {})", step.name, step.args.join(" "));
         run_step(step.name, step.name, Command::new(&cargo).args(step.args))?;
     }
-    Ok(())
-}
-
-/// Runs one gate command and times it: a command that cannot start or exits non-zero
-/// becomes `StepFailed { step }`; success prints "xtask ci: WHAT passed in N s".
-pub(crate) fn run_step(
-    step: &'static str,
-    what: &str,
-    cmd: &mut Command,
-) -> Result<(), XtaskError> {
-    let started = std::time::Instant::now();
-    let status = cmd.status().map_err(|e| XtaskError::StepFailed {
-        step,
-        detail: format!("cannot run {}: {e}", cmd.get_program().to_string_lossy()),
-    })?;
-    if !status.success() {
-        return Err(XtaskError::StepFailed {
-            step,
-            detail: format!("{what} exited with {status}"),
-        });
-    }
-    eprintln!(
-        "xtask ci: {what} passed in {:.0} s",
-        started.elapsed().as_secs_f64()
-    );
     Ok(())
 }
 

@@ -9,6 +9,7 @@ mod ci;
 mod fuzz;
 mod models;
 mod soak_driver;
+mod step;
 mod synth;
 
 use std::process::ExitCode;

@@ -1,7 +1,6 @@
 //! Which instruction set the kernels use: detected once, overridable with `KILN_ISA`.
 
 use std::fmt;
-use std::sync::OnceLock;
 
 /// An instruction-set level Kiln has (or will have) kernels for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -99,63 +98,4 @@ pub enum IsaError {
         "KILN_ISA={isa} was requested; this CPU has it but Kiln has no {isa} kernels yet (available here: {available})"
     )]
     NoKernels { isa: Isa, available: String },
-}
-
-/// The ISAs whose kernels can run on this machine, most capable first.
-pub fn available_isas() -> Vec<Isa> {
-    let mut v: Vec<Isa> = Isa::ALL
-        .into_iter()
-        .filter(|&i| crate::kernels::kernels_for(i).is_some())
-        .collect();
-    v.reverse();
-    v
-}
-
-/// Chooses the ISA for a `KILN_ISA` value (`None` or empty: the best one available). Pure
-/// apart from CPU detection, so tests can call it with any value.
-pub fn select_isa(request: Option<&str>) -> Result<Isa, IsaError> {
-    let request = request.map(str::trim).filter(|s| !s.is_empty());
-    let Some(value) = request else {
-        // The most capable level that both the CPU and Kiln support; Scalar always is.
-        return Ok(available_isas().first().copied().unwrap_or(Isa::Scalar));
-    };
-    let isa = Isa::from_name(value).ok_or_else(|| IsaError::UnknownName {
-        value: value.to_string(),
-    })?;
-    if !isa.cpu_has() {
-        return Err(IsaError::NotOnThisCpu {
-            isa,
-            needs: isa.required_features(),
-        });
-    }
-    if crate::kernels::kernels_for(isa).is_none() {
-        let available: Vec<&str> = available_isas().iter().map(|i| i.name()).collect();
-        return Err(IsaError::NoKernels {
-            isa,
-            available: available.join(", "),
-        });
-    }
-    Ok(isa)
-}
-
-static ACTIVE: OnceLock<Result<Isa, IsaError>> = OnceLock::new();
-
-/// The ISA chosen for this process (reads `KILN_ISA` on first call), or why the request in
-/// `KILN_ISA` cannot be honoured. Call this at startup to report a bad `KILN_ISA` cleanly.
-pub fn try_active_isa() -> Result<Isa, IsaError> {
-    ACTIVE
-        .get_or_init(|| select_isa(std::env::var("KILN_ISA").ok().as_deref()))
-        .clone()
-}
-
-/// The ISA chosen for this process.
-///
-/// # Panics
-/// If `KILN_ISA` names an ISA that is unknown, missing on this CPU, or has no kernels:
-/// Kiln never silently falls back to another one. Use [`try_active_isa`] to handle that.
-pub fn active_isa() -> Isa {
-    match try_active_isa() {
-        Ok(isa) => isa,
-        Err(e) => panic!("{e}"),
-    }
 }

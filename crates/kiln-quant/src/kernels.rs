@@ -25,92 +25,9 @@ use bytemuck::Zeroable;
 use kiln_format::GgmlType;
 
 use crate::error::QuantError;
-use crate::isa::{Isa, active_isa};
+use crate::isa::{Isa, IsaError};
+use crate::table::{ActRows, Kernels, WeightKernels, act_scale_count, act_scales, interleave8};
 use crate::types::{AType, WType};
-
-/// Quantizes one row of activations (`src.len()` a whole number of blocks) into `dst`
-/// (exactly the row's bytes).
-pub(crate) type ActFn = unsafe fn(src: &[f32], dst: &mut [u8]);
-/// Dequantizes whole blocks; `dst.len()` is the number of elements in `src`.
-pub(crate) type DequantFn = unsafe fn(src: &[u8], dst: &mut [f32]);
-/// Dot of one weight row with one activation row of the weight's `vec_dot_type`.
-pub(crate) type DotFn = unsafe fn(w: &[u8], a: &[u8]) -> f32;
-/// Dots of four consecutive weight rows (`w` holds them, `row_bytes` apart) with one
-/// activation row: the GEMV kernel. Each result must equal [`DotFn`]'s bit for bit.
-pub(crate) type DotRowsFn = unsafe fn(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32; 4]);
-/// Dots of one weight row with four activation rows. Each result must equal [`DotFn`]'s bit
-/// for bit (same operations in the same order).
-pub(crate) type Dot4Fn = unsafe fn(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]);
-/// Dots of one weight row with eight activation rows: the wide GEMM micro-kernel of the types
-/// whose weight unpacking is costly enough that sharing it over eight tokens pays. Each
-/// result must equal [`DotFn`]'s bit for bit.
-pub(crate) type Dot8Fn = unsafe fn(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]);
-
-/// Unpacks a weight row into [`crate::blocks::BlockI8`] blocks (`out` holds one per block):
-/// the values and scales the type's dot kernels use, exactly.
-pub(crate) type UnpackFn = unsafe fn(w: &[u8], out: &mut [crate::blocks::BlockI8]);
-
-/// Activation rows for the GEMM micro-kernels (four or eight): row `t` is
-/// `a[t * stride..][..row_bytes]`.
-/// For Q8_0/Q8_1 activations `sc` also holds each row's block scales widened to `f32` (see
-/// [`act_scales`]), row `t` at `t * sc_stride`, so the micro-kernel, which reuses each
-/// activation row for many weight rows, does not convert them again for every weight row.
-///
-/// For the eight-token kernels `sc8` holds the same scales interleaved across the eight
-/// rows, scale `j` of row `t` at `j * 8 + t` (see [`interleave8`]), so that one load gives
-/// a block's scale for all eight tokens; it is empty for the four-token kernels.
-#[derive(Clone, Copy)]
-pub(crate) struct ActRows<'a> {
-    pub(crate) a: &'a [u8],
-    pub(crate) stride: usize,
-    pub(crate) sc: &'a [f32],
-    pub(crate) sc_stride: usize,
-    pub(crate) sc8: &'a [f32],
-}
-
-impl<'a> ActRows<'a> {
-    /// Row `t` (`len` bytes).
-    #[inline(always)]
-    pub(crate) fn row(&self, t: usize, len: usize) -> &'a [u8] {
-        &self.a[t * self.stride..t * self.stride + len]
-    }
-
-    /// Scales of row `t` (`len` values).
-    #[inline(always)]
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    pub(crate) fn scales(&self, t: usize, len: usize) -> &'a [f32] {
-        &self.sc[t * self.sc_stride..t * self.sc_stride + len]
-    }
-}
-
-/// Number of `f32` scales [`act_scales`] writes for a row of `n_blocks` blocks of `a`.
-pub(crate) fn act_scale_count(a: AType, n_blocks: usize) -> usize {
-    match a {
-        AType::Q8_0 => n_blocks,
-        AType::Q8_1 => 2 * n_blocks,
-        _ => 0,
-    }
-}
-
-/// Widens the block scales of one activation row: Q8_0 → `d` per block, Q8_1 → `d, s` per
-/// block (exact conversions); nothing for the other types.
-pub(crate) fn act_scales(a: AType, row: &[u8], out: &mut [f32]) {
-    use crate::blocks::{BlockQ8_0, BlockQ8_1, as_blocks};
-    match a {
-        AType::Q8_0 => {
-            for (o, b) in out.iter_mut().zip(as_blocks::<BlockQ8_0>(row)) {
-                *o = b.d.to_f32();
-            }
-        }
-        AType::Q8_1 => {
-            for (o, b) in out.chunks_exact_mut(2).zip(as_blocks::<BlockQ8_1>(row)) {
-                o[0] = b.d.to_f32();
-                o[1] = b.s.to_f32();
-            }
-        }
-        _ => {}
-    }
-}
 
 /// Checks `T` activation rows laid end to end in `a` against the weight row `w` and widens
 /// their block scales: `(scales, row stride in bytes, scales per row)`.
@@ -139,125 +56,6 @@ fn act_rows_checked<const T: usize>(
         );
     }
     Ok((sc, stride, n_sc))
-}
-
-/// Interleaves the scales of eight rows (`sc`, row `t` at `t * n_sc`, `n_sc` each) into
-/// `out` (`8 * n_sc`): scale `j` of row `t` at `j * 8 + t`.
-pub(crate) fn interleave8(sc: &[f32], n_sc: usize, out: &mut [f32]) {
-    for (j, o) in out[..8 * n_sc].chunks_exact_mut(8).enumerate() {
-        for (t, v) in o.iter_mut().enumerate() {
-            *v = sc[t * n_sc + j];
-        }
-    }
-}
-
-/// One kernel and the ISA whose code it is.
-#[derive(Clone, Copy)]
-pub(crate) struct Imp<F> {
-    pub(crate) isa: Isa,
-    pub(crate) f: F,
-}
-
-#[derive(Clone, Copy)]
-pub(crate) struct WeightKernels {
-    pub(crate) dequant: Imp<DequantFn>,
-    pub(crate) dot: Imp<DotFn>,
-    pub(crate) dotr4: Imp<DotRowsFn>,
-    pub(crate) dot4: Imp<Dot4Fn>,
-    /// The eight-token GEMM micro-kernel, where one exists (the driver then takes tokens
-    /// eight at a time, and the rest four at a time).
-    pub(crate) dot8: Option<Imp<Dot8Fn>>,
-    /// For types whose unpacking dominates: an unpacker to [`crate::blocks::BlockI8`] rows
-    /// and an eight-token micro-kernel over such rows. The driver unpacks each weight row
-    /// once per token tile and runs this instead of `dot8`; results equal `dot` bit for bit.
-    pub(crate) dot8_unpacked: Option<(Imp<UnpackFn>, Imp<Dot8Fn>)>,
-}
-
-/// The kernels for one instruction set. Obtain with [`kernels`] (the process's choice) or
-/// [`kernels_for`] (a specific ISA, e.g. in tests and benchmarks).
-pub struct Kernels {
-    pub(crate) isa: Isa,
-    /// Indexed by `AType as usize`.
-    pub(crate) act: [Imp<ActFn>; AType::COUNT],
-    /// Indexed by `WType as usize`.
-    pub(crate) weights: [WeightKernels; WType::COUNT],
-}
-
-/// Building an ISA's table from its parent's: every entry starts as the parent's kernel (and
-/// keeps saying which ISA implements it), and each setter replaces one with code of the new
-/// table's ISA. So a table lists only what its ISA implements, and an entry it does not set
-/// is its parent's, honestly reported by [`Kernels::implementations`].
-impl Kernels {
-    /// A table for `isa` that starts as `parent` (the scalar table, or another table of the
-    /// same architecture whose ISA `isa` implies).
-    pub(crate) const fn inherit(parent: Kernels, isa: Isa) -> Kernels {
-        Kernels { isa, ..parent }
-    }
-
-    const fn own<F>(&self, f: F) -> Imp<F> {
-        Imp { isa: self.isa, f }
-    }
-
-    /// Replaces the activation converter of `a`.
-    pub(crate) const fn set_quantize(&mut self, a: AType, f: ActFn) {
-        self.act[a as usize] = self.own(f);
-    }
-
-    /// Replaces the dequantizer of `w`.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    pub(crate) const fn set_dequant(&mut self, w: WType, f: DequantFn) {
-        self.weights[w as usize].dequant = self.own(f);
-    }
-
-    /// Replaces the dot product of `w` and its GEMV and GEMM kernels (which must equal the dot
-    /// bit for bit).
-    pub(crate) const fn set_dots(&mut self, w: WType, dot: DotFn, dotr4: DotRowsFn, dot4: Dot4Fn) {
-        let k = &mut self.weights[w as usize];
-        k.dot = Imp {
-            isa: self.isa,
-            f: dot,
-        };
-        k.dotr4 = Imp {
-            isa: self.isa,
-            f: dotr4,
-        };
-        k.dot4 = Imp {
-            isa: self.isa,
-            f: dot4,
-        };
-    }
-
-    /// Gives `w` an eight-token GEMM micro-kernel.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    pub(crate) const fn set_dot8(&mut self, w: WType, dot8: Dot8Fn) {
-        self.weights[w as usize].dot8 = Some(self.own(dot8));
-        self.weights[w as usize].dot8_unpacked = None;
-    }
-
-    /// Replaces only the four-token GEMM kernel of `w` (its dot and GEMV stay the parent's;
-    /// the kernel must still equal the dot bit for bit).
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    pub(crate) const fn set_dot4(&mut self, w: WType, dot4: Dot4Fn) {
-        self.weights[w as usize].dot4 = self.own(dot4);
-    }
-
-    /// Replaces the eight-token kernel over unpacked rows of `w`, keeping the parent's row
-    /// unpacker (whose output layout the new kernel reads). `w` must have one.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    pub(crate) const fn set_dot8_over_parent_unpack(&mut self, w: WType, dot8: Dot8Fn) {
-        let own = self.own(dot8);
-        match &mut self.weights[w as usize].dot8_unpacked {
-            Some((_, d)) => *d = own,
-            None => panic!("set_dot8_over_parent_unpack: the parent table has no row unpacker"),
-        }
-    }
-
-    /// Gives `w` an eight-token GEMM micro-kernel over rows unpacked once per token tile.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    pub(crate) const fn set_dot8_unpacked(&mut self, w: WType, unpack: UnpackFn, dot8: Dot8Fn) {
-        self.weights[w as usize].dot8_unpacked = Some((self.own(unpack), self.own(dot8)));
-        self.weights[w as usize].dot8 = None;
-    }
 }
 
 /// Which ISA implements one kernel of a table (see [`Kernels::implementations`]).
@@ -539,4 +337,63 @@ pub fn kernels() -> &'static Kernels {
         // `select_isa` only returns ISAs that `kernels_for` accepts.
         None => unreachable!("active ISA without kernels"),
     })
+}
+
+/// The ISAs whose kernels can run on this machine, most capable first.
+pub fn available_isas() -> Vec<Isa> {
+    let mut v: Vec<Isa> = Isa::ALL
+        .into_iter()
+        .filter(|&i| kernels_for(i).is_some())
+        .collect();
+    v.reverse();
+    v
+}
+
+/// Chooses the ISA for a `KILN_ISA` value (`None` or empty: the best one available). Pure
+/// apart from CPU detection, so tests can call it with any value.
+pub fn select_isa(request: Option<&str>) -> Result<Isa, IsaError> {
+    let request = request.map(str::trim).filter(|s| !s.is_empty());
+    let Some(value) = request else {
+        // The most capable level that both the CPU and Kiln support; Scalar always is.
+        return Ok(available_isas().first().copied().unwrap_or(Isa::Scalar));
+    };
+    let isa = Isa::from_name(value).ok_or_else(|| IsaError::UnknownName {
+        value: value.to_string(),
+    })?;
+    if !isa.cpu_has() {
+        return Err(IsaError::NotOnThisCpu {
+            isa,
+            needs: isa.required_features(),
+        });
+    }
+    if kernels_for(isa).is_none() {
+        let available: Vec<&str> = available_isas().iter().map(|i| i.name()).collect();
+        return Err(IsaError::NoKernels {
+            isa,
+            available: available.join(", "),
+        });
+    }
+    Ok(isa)
+}
+
+static ACTIVE_ISA: OnceLock<Result<Isa, IsaError>> = OnceLock::new();
+
+/// The ISA chosen for this process (reads `KILN_ISA` on first call), or why the request in
+/// `KILN_ISA` cannot be honoured. Call this at startup to report a bad `KILN_ISA` cleanly.
+pub fn try_active_isa() -> Result<Isa, IsaError> {
+    ACTIVE_ISA
+        .get_or_init(|| select_isa(std::env::var("KILN_ISA").ok().as_deref()))
+        .clone()
+}
+
+/// The ISA chosen for this process.
+///
+/// # Panics
+/// If `KILN_ISA` names an ISA that is unknown, missing on this CPU, or has no kernels:
+/// Kiln never silently falls back to another one. Use [`try_active_isa`] to handle that.
+pub fn active_isa() -> Isa {
+    match try_active_isa() {
+        Ok(isa) => isa,
+        Err(e) => panic!("{e}"),
+    }
 }

@@ -52,13 +52,17 @@ mod types;
 
 mod arch;
 mod scalar;
+mod table;
 
 pub use error::QuantError;
-pub use isa::{Isa, IsaError, active_isa, available_isas, select_isa, try_active_isa};
-pub use kernels::{KernelImpl, Kernels, kernels, kernels_for};
+pub use isa::{Isa, IsaError};
+pub use kernels::{
+    KernelImpl, active_isa, available_isas, kernels, kernels_for, select_isa, try_active_isa,
+};
 pub use kiln_format::GgmlType;
 pub use matmul::{MatmulScratch, QMatrix, matmul, matmul_prepared, matmul_prepared_with};
 pub use quantize::{quantize_row, quantize_types};
+pub use table::Kernels;
 
 use types::{AType, WType};
 

@@ -11,10 +11,9 @@ use crate::error::QuantError;
 use bytemuck::Zeroable;
 
 use crate::blocks::BlockI8;
-use crate::kernels::{
-    ActRows, Kernels, WeightKernels, act_scale_count, act_scales, interleave8, kernels,
-};
+use crate::kernels::kernels;
 use crate::pool;
+use crate::table::{ActRows, Kernels, WeightKernels, act_scale_count, act_scales, interleave8};
 use crate::types::{AType, WType};
 
 /// A row-major matrix of `rows` rows of `cols` elements of one GGML type, borrowed from

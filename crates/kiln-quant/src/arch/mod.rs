@@ -1,4 +1,4 @@
-//! Per-architecture SIMD kernels. Each module builds a [`crate::kernels::Kernels`] table for
+//! Per-architecture SIMD kernels. Each module builds a [`crate::table::Kernels`] table for
 //! the ISAs of its architecture; only `kernels_for` hands them out, after runtime detection.
 
 #[cfg(target_arch = "aarch64")]

@@ -41,7 +41,8 @@ mod store;
 
 use half::f16;
 
-use crate::isa::{Isa, active_isa};
+use crate::isa::Isa;
+use crate::kernels::active_isa;
 
 pub use hadamard::{hadamard_rotate, key_rotation_size, value_rotation_size};
 pub use store::{KV_STORE_TYPES, store_row};

@@ -16,7 +16,7 @@ pub(crate) mod legacy;
 pub(crate) mod util;
 
 use crate::isa::Isa;
-use crate::kernels::{ActFn, ActRows, Imp, Kernels, WeightKernels};
+use crate::table::{ActFn, ActRows, Imp, Kernels, WeightKernels};
 use crate::types::{AType, WType, activation_types, weight_types};
 
 const fn s<F>(f: F) -> Imp<F> {

@@ -13,8 +13,8 @@ use std::sync::LazyLock;
 use neon::{act, float, kquants, legacy};
 
 use crate::isa::Isa;
-use crate::kernels::Kernels;
 use crate::scalar;
+use crate::table::Kernels;
 use crate::types::AType;
 use crate::types::WType::*;
 

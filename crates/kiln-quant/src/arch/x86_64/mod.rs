@@ -7,8 +7,8 @@ mod avx512;
 use avx2::{act, float, iquants, kquants, legacy};
 
 use crate::isa::Isa;
-use crate::kernels::Kernels;
 use crate::scalar;
+use crate::table::Kernels;
 use crate::types::AType;
 use crate::types::WType::*;
 

@@ -9,7 +9,7 @@ use std::arch::aarch64::*;
 
 use super::util::*;
 use crate::blocks::bf16_to_f32;
-use crate::kernels::ActRows;
+use crate::table::ActRows;
 
 /// Elements `i .. i + 8` of a little-endian `f32` row.
 #[inline]

@@ -8,7 +8,7 @@ use std::arch::aarch64::*;
 
 use super::util::*;
 use crate::blocks::{BlockQ4K, BlockQ6K, BlockQ8K, QK_K, as_blocks, q4k_scales_mins};
-use crate::kernels::ActRows;
+use crate::table::ActRows;
 
 /// The 16 `bsums` of a Q8_K block as two `i16x8`.
 #[inline]

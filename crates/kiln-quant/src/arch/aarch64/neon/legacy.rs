@@ -13,7 +13,7 @@ use std::arch::aarch64::*;
 
 use super::util::*;
 use crate::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0, BlockQ8_1, as_blocks};
-use crate::kernels::ActRows;
+use crate::table::ActRows;
 
 // ------------------------------------------------- signed weights × Q8_0 (Q4_0, Q5_0, Q8_0)
 

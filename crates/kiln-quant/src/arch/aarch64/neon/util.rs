@@ -13,7 +13,7 @@ use std::arch::aarch64::*;
 use bytemuck::Pod;
 
 use crate::blocks::{F16Le, as_blocks};
-use crate::kernels::ActRows;
+use crate::table::ActRows;
 
 /// Eight `f32` lanes as two registers.
 #[derive(Clone, Copy)]

@@ -6,7 +6,7 @@
 use std::arch::x86_64::*;
 
 use super::util::*;
-use crate::kernels::ActRows;
+use crate::table::ActRows;
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn dequant_f16(src: &[u8], dst: &mut [f32]) {

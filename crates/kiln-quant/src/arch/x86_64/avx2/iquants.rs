@@ -11,7 +11,7 @@ use super::util::*;
 use crate::blocks::{
     BlockIQ4NL, BlockIQ4XS, BlockQ8_0, BlockQ8K, IQ4NL_VALUES, as_blocks, iq4xs_scale,
 };
-use crate::kernels::ActRows;
+use crate::table::ActRows;
 
 /// The 32 signed levels of 16 bytes of IQ4 nibbles (low nibbles first): a byte shuffle
 /// through the level table.

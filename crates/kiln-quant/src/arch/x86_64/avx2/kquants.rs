@@ -18,7 +18,7 @@ use crate::blocks::{
     BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K, as_blocks, q3k_scales,
     q4k_scales_mins,
 };
-use crate::kernels::ActRows;
+use crate::table::ActRows;
 
 /// 16 `i16` lanes: 8 of `lo`, then 8 of `hi` (the scales of the two 16-element halves of a
 /// 32-element group).

@@ -25,7 +25,7 @@ use super::util::*;
 use crate::blocks::{
     BlockI8, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, QK, as_blocks,
 };
-use crate::kernels::ActRows;
+use crate::table::ActRows;
 
 // ------------------------------------------------- signed weights × Q8_0 (Q4_0, Q5_0, Q8_0)
 

@@ -11,7 +11,7 @@ use std::arch::x86_64::*;
 use bytemuck::Pod;
 
 use crate::blocks::{F16Le, as_blocks};
-use crate::kernels::ActRows;
+use crate::table::ActRows;
 
 /// Horizontal sum of 8 floats: high half + low half, then pairs, then the last two.
 #[inline]

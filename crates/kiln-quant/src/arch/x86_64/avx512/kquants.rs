@@ -21,7 +21,7 @@ use std::arch::x86_64::*;
 use super::util::*;
 use crate::arch::x86_64::avx2::util::{f16_to_f32, f16x2_to_f32, hsum_f32x4, hsum_f32x8};
 use crate::blocks::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, as_blocks, q4k_scales_mins};
-use crate::kernels::ActRows;
+use crate::table::ActRows;
 
 // ---------------------------------------------------------------- Q4_K × Q8_K
 

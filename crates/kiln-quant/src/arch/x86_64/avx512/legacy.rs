@@ -23,7 +23,7 @@ use crate::arch::x86_64::avx2::util::{
     f16_to_f32, f16x2_to_f32, hsum_f32x8, load_f32x8, nibbles32,
 };
 use crate::blocks::{BlockI8, BlockQ4_1, BlockQ8_0, BlockQ8_1, as_blocks};
-use crate::kernels::ActRows;
+use crate::table::ActRows;
 
 // ------------------------------------------------- signed weights × Q8_0 (Q4_0, Q5_0, Q8_0)
 

@@ -9,7 +9,7 @@ pub(crate) mod legacy;
 pub(crate) mod util;
 
 use crate::isa::Isa;
-use crate::kernels::Kernels;
+use crate::table::Kernels;
 use crate::types::WType::*;
 
 /// The AVX-512 table: `parent` (the AVX2 table) with the kernels that have an AVX-512 version

@@ -5,7 +5,7 @@ use std::arch::x86_64::*;
 use bytemuck::Pod;
 
 use crate::blocks::as_blocks;
-use crate::kernels::ActRows;
+use crate::table::ActRows;
 
 /// The upper sixteen `i16` lanes of a `zmm` (its upper 256 bits).
 pub(crate) const HI_HALF16: __mmask32 = 0xFFFF_0000;
