@@ -7,6 +7,7 @@ mod aarch64;
 mod bench;
 mod ci;
 mod fuzz;
+mod layers;
 mod models;
 mod soak_driver;
 mod step;

@@ -101,7 +101,10 @@ pub(crate) fn build_wheel(members: &[(&str, &[u8])]) -> Vec<u8> {
 }
 
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 fn leak(s: String) -> &'static str {
