@@ -323,11 +323,14 @@ fn gemv(wk: &WeightKernels, w: &QMatrix, a: &[u8], y: &mut [f32]) {
     });
 }
 
-/// Activation bytes a GEMM token tile aims at (so the tile stays in L1/L2 while every row of
-/// the weight tile streams past it).
-const TOKEN_TILE_BYTES: usize = 16 * 1024;
-/// Weight rows processed against one group of four tokens before moving to the next group.
-const ROW_BLOCK: usize = 16;
+/// Weight bytes of a GEMM row block (after unpacking, for types unpacked per row block): the
+/// block stays in the core's L2 while every token of the task streams past it, so each
+/// weight byte comes from DRAM once per matmul, not once per token tile.
+const ROW_BLOCK_BYTES: usize = 192 * 1024;
+/// Fewest rows in a GEMM row block.
+const ROW_BLOCK_MIN: usize = 4;
+/// GEMM tasks per thread (claimed dynamically, so a late thread delays the matmul by one).
+const GEMM_TASKS_PER_THREAD: usize = 4;
 /// Fewest rows a GEMM task gets.
 const GEMM_MIN_ROWS: usize = 16;
 
@@ -369,30 +372,37 @@ impl<T> SharedOut<T> {
 }
 
 /// `a` holds all `n` activation rows (`ActRows` used as a strided view of every row).
+///
+/// Weight-stationary: tasks are chunks of rows over all tokens (tokens are split too only when
+/// there are too few rows to give every thread several tasks), and inside a task each block of
+/// rows ([`ROW_BLOCK_BYTES`]) meets every token of the task before the next block is read.
 fn gemm(wk: &WeightKernels, w: &QMatrix, a: ActRows<'_>, n: usize, y: &mut [f32]) {
     let rows = w.rows;
-    let stride = a.stride;
-    // Whole groups of eight tokens, so eight-token calls start on a group of interleaved scales.
-    let tt = ((TOKEN_TILE_BYTES / stride.max(1)).clamp(8, 64) / 8) * 8;
-    let n_tt = n.div_ceil(tt);
     let p = pool::current();
     let threads = p.n_threads();
-    // Enough tasks to keep every thread busy (2 per thread for balance), splitting rows when
-    // there are too few token tiles.
-    let row_splits = (2 * threads)
-        .div_ceil(n_tt)
-        .clamp(1, rows.div_ceil(GEMM_MIN_ROWS).max(1));
-    let rc = rows.div_ceil(row_splits);
+    let want = if threads <= 1 {
+        1
+    } else {
+        GEMM_TASKS_PER_THREAD * threads
+    };
+    let row_tasks = want.min(rows.div_ceil(GEMM_MIN_ROWS)).max(1);
+    // Whole groups of eight tokens per task, so eight-token calls start on a group of
+    // interleaved scales.
+    let tok_tasks = want.div_ceil(row_tasks).min(n.div_ceil(8)).max(1);
+    let tc = n.div_ceil(tok_tasks).next_multiple_of(8);
+    let n_tc = n.div_ceil(tc);
+    let rc = rows.div_ceil(row_tasks);
+    let n_rc = rows.div_ceil(rc);
     let out = SharedOut::new(y);
     let task = |i: usize| {
-        let (ti, ri) = (i / row_splits, i % row_splits);
-        let (t0, t1) = (ti * tt, ((ti + 1) * tt).min(n));
+        let (ti, ri) = (i / n_rc, i % n_rc);
+        let (t0, t1) = (ti * tc, ((ti + 1) * tc).min(n));
         let (r0, r1) = (ri * rc, ((ri + 1) * rc).min(rows));
         // SAFETY: task (ti, ri) writes exactly the outputs of tokens t0..t1 and rows r0..r1;
         // the tasks partition tokens × rows, so no two write the same element.
         unsafe { gemm_tile(wk, w, a, (t0, t1), (r0, r1), &out) };
     };
-    let n_tasks = n_tt * row_splits;
+    let n_tasks = n_tc * n_rc;
     if threads <= 1 || n_tasks == 1 {
         (0..n_tasks).for_each(task);
     } else {
@@ -434,9 +444,15 @@ unsafe fn gemm_tile(
     };
     let unpacked = wk.dot8_unpacked.map(|(u, d)| (u.f, d.f));
     let nb = w.cols / w.ty.block_elems();
+    let block_row_bytes = if unpacked.is_some() {
+        nb * size_of::<BlockI8>()
+    } else {
+        w.row_bytes
+    };
+    let row_block = (ROW_BLOCK_BYTES / block_row_bytes.max(1)).max(ROW_BLOCK_MIN);
     let mut rb = r0;
     while rb < r1 {
-        let re = (rb + ROW_BLOCK).min(r1);
+        let re = (rb + row_block).min(r1);
         let mut t = t0;
         let write8 = |t: usize, r: usize, o: [f32; 8]| {
             for (i, v) in o.into_iter().enumerate() {
@@ -447,7 +463,7 @@ unsafe fn gemm_tile(
         if let Some((unpack, dot8u)) = unpacked
             && t + 8 <= t1
         {
-            // Unpack the row block once for all the tile's groups of eight tokens.
+            // Unpack the row block once for all the task's groups of eight tokens.
             UNPACKED.with_borrow_mut(|buf| {
                 buf.resize((re - rb) * nb, BlockI8::zeroed());
                 for (r, dst) in (rb..re).zip(buf.chunks_exact_mut(nb)) {
