@@ -31,7 +31,7 @@ pub(crate) type UnpackFn = unsafe fn(w: &[u8], out: &mut [crate::blocks::BlockI8
 
 /// Activation rows for the GEMM micro-kernels (four or eight): row `t` is
 /// `a[t * stride..][..row_bytes]`.
-/// For Q8_0/Q8_1 activations `sc` also holds each row's block scales widened to `f32` (see
+/// For Q8_0/Q8_1/Q8_K activations `sc` also holds each row's block scales widened to `f32` (see
 /// [`act_scales`]), row `t` at `t * sc_stride`, so the micro-kernel, which reuses each
 /// activation row for many weight rows, does not convert them again for every weight row.
 ///
@@ -65,16 +65,17 @@ impl<'a> ActRows<'a> {
 /// Number of `f32` scales [`act_scales`] writes for a row of `n_blocks` blocks of `a`.
 pub(crate) fn act_scale_count(a: AType, n_blocks: usize) -> usize {
     match a {
-        AType::Q8_0 => n_blocks,
+        AType::Q8_0 | AType::Q8_K => n_blocks,
         AType::Q8_1 => 2 * n_blocks,
         _ => 0,
     }
 }
 
 /// Widens the block scales of one activation row: Q8_0 → `d` per block, Q8_1 → `d, s` per
-/// block (exact conversions); nothing for the other types.
+/// block (exact conversions), Q8_K → its `f32` `d` per block (a copy, so the eight-token
+/// kernels load eight tokens' scales at once from `sc8`); nothing for the other types.
 pub(crate) fn act_scales(a: AType, row: &[u8], out: &mut [f32]) {
-    use crate::blocks::{BlockQ8_0, BlockQ8_1, as_blocks};
+    use crate::blocks::{BlockQ8_0, BlockQ8_1, BlockQ8K, as_blocks};
     match a {
         AType::Q8_0 => {
             for (o, b) in out.iter_mut().zip(as_blocks::<BlockQ8_0>(row)) {
@@ -85,6 +86,11 @@ pub(crate) fn act_scales(a: AType, row: &[u8], out: &mut [f32]) {
             for (o, b) in out.chunks_exact_mut(2).zip(as_blocks::<BlockQ8_1>(row)) {
                 o[0] = b.d.to_f32();
                 o[1] = b.s.to_f32();
+            }
+        }
+        AType::Q8_K => {
+            for (o, b) in out.iter_mut().zip(as_blocks::<BlockQ8K>(row)) {
+                *o = b.d.get();
             }
         }
         _ => {}

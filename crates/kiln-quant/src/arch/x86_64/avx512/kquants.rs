@@ -110,10 +110,93 @@ pub(crate) fn dot4_q4_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
     *out = tile_q4_k(w, rows_n::<4, BlockQ8K>(&a, w.len()));
 }
 
+/// The 1 × 8 tile of Q4_K with its per-token float steps done for several tokens at once:
+/// the block scales of the eight tokens come from one load of `yd` (scale of block `i` of
+/// token `t` at `8 * i + t`, see `interleave8`) and are multiplied by the weight scales in
+/// one 8-lane product; the super-block sums of tokens `2p`, `2p + 1` share one `zmm`
+/// (`fold_pair`), so one conversion and one `fma` serve two tokens; the mins of tokens
+/// `4h .. 4h + 4` share one `zmm` (`mins_quad`). Each lane still sees exactly the operations
+/// of [`tile_q4_k`] (and of the single dot) in the same order, so results are bit-identical.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn tile8_q4_k(w: &[BlockQ4K], ys: [&[BlockQ8K]; 8], yd: &[f32]) -> [f32; 8] {
+    for y in ys {
+        assert_eq!(y.len(), w.len());
+    }
+    assert!(yd.len() >= 8 * w.len());
+    let mut acc = [_mm512_setzero_ps(); 4];
+    let mut acc_m = [_mm512_setzero_ps(); 2];
+    for (i, x) in w.iter().enumerate() {
+        let b = q4k_unpack(x);
+        let yt: [&BlockQ8K; 8] = std::array::from_fn(|t| &ys[t][i]);
+        let mut sumi = [_mm512_setzero_si512(); 8];
+        for j in 0..4 {
+            for t in 0..8 {
+                let q8 = load512(&yt[t].qs[64 * j..64 * j + 64]);
+                let p = _mm512_maddubs_epi16(b.q[j], q8);
+                sumi[t] = _mm512_dpwssd_epi32(sumi[t], p, b.sc[j]);
+            }
+        }
+        let ydv = load_f32x8(&yd[8 * i..8 * i + 8]);
+        // `yd * d` and `-yd * dmin` for the eight tokens (the same products as the scalar
+        // steps: a float product does not depend on operand order or on which one is negated).
+        let dv = _mm512_castps256_ps512(_mm256_mul_ps(ydv, _mm256_set1_ps(b.d)));
+        let dmv = _mm512_castps256_ps512(_mm256_mul_ps(ydv, _mm256_set1_ps(-b.dmin)));
+        for p in 0..4 {
+            let s = fold_pair(sumi[2 * p], sumi[2 * p + 1]);
+            let d = _mm512_permutexvar_ps(pair_index32(2 * p as i32, 2 * p as i32 + 1), dv);
+            acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[p]);
+        }
+        let mm = mins_dup(b.mins);
+        for h in 0..2 {
+            let y4: [&BlockQ8K; 4] = std::array::from_fn(|q| yt[4 * h + q]);
+            let prod = mins_quad(mm, y4);
+            let dm = _mm512_permutexvar_ps(quad_index32(4 * h as i32), dmv);
+            acc_m[h] = _mm512_fmadd_ps(dm, _mm512_cvtepi32_ps(prod), acc_m[h]);
+        }
+    }
+    std::array::from_fn(|t| {
+        let (lo, hi) = halves_ps(acc[t / 2]);
+        let a = if t % 2 == 0 { lo } else { hi };
+        hsum_f32x8(a) + hsum_f32x4(quarter_ps(acc_m[t / 4], t % 4))
+    })
+}
+
+/// The eight `i16` mins of a block widened to `i32` lanes (so `m_k` in the lower `i16` of
+/// lane `k`, zero in the upper), in both halves of a `zmm`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn mins_dup(mins: __m128i) -> __m512i {
+    _mm512_broadcast_i64x4(_mm256_cvtepu16_epi32(mins))
+}
+
+/// [`q4k_mins_prod`] of four tokens: 4 `i32` lanes per token, token `q` in 128-bit lane `q`.
+/// As there, the `bsums` pair sums `q8s_k = bsum_2k + bsum_2k+1` wrap to `i16` (an `i16`
+/// add here, `hadd_epi16` there), and lane `l` is `m_2l * q8s_2l + m_2l+1 * q8s_2l+1`
+/// (exact in `i32`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn mins_quad(mm: __m512i, y: [&BlockQ8K; 4]) -> __m512i {
+    // Lane k: q8s_k (wrapped) in its lower i16, times m_k (the upper i16 times zero).
+    let prods = |lo: &BlockQ8K, hi: &BlockQ8K| {
+        let bs = join32(&lo.bsums, &hi.bsums);
+        let q8s = _mm512_add_epi16(bs, _mm512_srli_epi32::<16>(bs));
+        _mm512_madd_epi16(q8s, mm)
+    };
+    let a = prods(y[0], y[1]);
+    let b = prods(y[2], y[3]);
+    let even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    let odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    _mm512_add_epi32(
+        _mm512_permutex2var_epi32(a, even, b),
+        _mm512_permutex2var_epi32(a, odd, b),
+    )
+}
+
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) fn dot8_q4_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
     let w: &[BlockQ4K] = as_blocks(w);
-    *out = tile_q4_k(w, rows_n::<8, BlockQ8K>(&a, w.len()));
+    *out = tile8_q4_k(w, rows_n::<8, BlockQ8K>(&a, w.len()), a.sc8);
 }
 
 // ---------------------------------------------------------------- Q6_K × Q8_K
@@ -207,10 +290,52 @@ pub(crate) fn dot4_q6_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
     *out = tile_q6_k(w, rows_n::<4, BlockQ8K>(&a, w.len()));
 }
 
+/// The 1 × 8 tile of Q6_K with the float steps of tokens `2p`, `2p + 1` in one `zmm` and the
+/// eight tokens' scale products in one 8-lane product, as [`tile8_q4_k`]; each lane sees the
+/// operations of [`tile_q6_k`] in the same order (bit-identical).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn tile8_q6_k(w: &[BlockQ6K], ys: [&[BlockQ8K]; 8], yd: &[f32]) -> [f32; 8] {
+    for y in ys {
+        assert_eq!(y.len(), w.len());
+    }
+    assert!(yd.len() >= 8 * w.len());
+    let mut acc = [_mm512_setzero_ps(); 4];
+    for (i, x) in w.iter().enumerate() {
+        let b = q6k_unpack(x);
+        let yt: [&BlockQ8K; 8] = std::array::from_fn(|t| &ys[t][i]);
+        let mut sumi = [_mm512_setzero_si512(); 8];
+        for g in 0..4 {
+            for t in 0..8 {
+                let q8 = load512(&yt[t].qs[64 * g..64 * g + 64]);
+                let p = _mm512_maddubs_epi16(b.q[g], q8);
+                sumi[t] = _mm512_dpwssd_epi32(sumi[t], p, b.sc[g]);
+            }
+        }
+        let dv = _mm512_castps256_ps512(_mm256_mul_ps(
+            load_f32x8(&yd[8 * i..8 * i + 8]),
+            _mm256_set1_ps(b.d),
+        ));
+        let sc = _mm512_broadcast_i64x4(b.scales16);
+        for (p, acc) in acc.iter_mut().enumerate() {
+            let (t0, t1) = (2 * p, 2 * p + 1);
+            let bias =
+                _mm512_slli_epi32::<5>(_mm512_madd_epi16(join32(&yt[t0].bsums, &yt[t1].bsums), sc));
+            let s = _mm512_sub_epi32(fold_pair(sumi[t0], sumi[t1]), bias);
+            let d = _mm512_permutexvar_ps(pair_index32(t0 as i32, t1 as i32), dv);
+            *acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), *acc);
+        }
+    }
+    std::array::from_fn(|t| {
+        let (lo, hi) = halves_ps(acc[t / 2]);
+        hsum_f32x8(if t % 2 == 0 { lo } else { hi })
+    })
+}
+
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) fn dot8_q6_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
     let w: &[BlockQ6K] = as_blocks(w);
-    *out = tile_q6_k(w, rows_n::<8, BlockQ8K>(&a, w.len()));
+    *out = tile8_q6_k(w, rows_n::<8, BlockQ8K>(&a, w.len()), a.sc8);
 }
 
 // ---------------------------------------------------------------- Q5_K × Q8_K

@@ -61,6 +61,38 @@ pub(crate) fn fold_halves(x: __m512i) -> __m256i {
     _mm256_add_epi32(_mm512_castsi512_si256(x), _mm512_extracti64x4_epi64::<1>(x))
 }
 
+/// The halves of two `zmm` of `i32` lanes folded into one: the lower eight lanes are
+/// [`fold_halves`]`(a)`, the upper eight `fold_halves(b)`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn fold_pair(a: __m512i, b: __m512i) -> __m512i {
+    _mm512_add_epi32(
+        _mm512_shuffle_i64x2::<0x44>(a, b),
+        _mm512_shuffle_i64x2::<0xEE>(a, b),
+    )
+}
+
+/// 128-bit lane `q` (0..4) of a `zmm` of floats.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn quarter_ps(x: __m512, q: usize) -> __m128 {
+    match q {
+        0 => _mm512_castps512_ps128(x),
+        1 => _mm512_extractf32x4_ps::<1>(x),
+        2 => _mm512_extractf32x4_ps::<2>(x),
+        _ => _mm512_extractf32x4_ps::<3>(x),
+    }
+}
+
+/// Eight floats from a slice that has at least eight (checked).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn load_f32x8(p: &[f32]) -> __m256 {
+    assert!(p.len() >= 8);
+    // SAFETY: at least eight readable floats (asserted); the load is unaligned.
+    unsafe { _mm256_loadu_ps(p.as_ptr()) }
+}
+
 /// The lower and upper 256 bits of a `zmm` of floats.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -76,6 +108,16 @@ pub(crate) fn halves_ps(x: __m512) -> (__m256, __m256) {
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) fn pair_index32(a: i32, b: i32) -> __m512i {
     _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(a), _mm512_set1_epi32(b))
+}
+
+/// A `vpermd` / `vpermps` index: `k + q` in every lane of 128-bit lane `q`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn quad_index32(k: i32) -> __m512i {
+    _mm512_add_epi32(
+        _mm512_set1_epi32(k),
+        _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+    )
 }
 
 /// A `vpermw` index: `a` in the lower sixteen `i16` lanes, `b` in the upper sixteen.
