@@ -149,6 +149,55 @@ fn results_do_not_depend_on_the_number_of_threads() {
 }
 
 #[test]
+fn a_matrix_of_several_row_blocks_equals_the_dot_kernel_bit_for_bit_on_every_isa() {
+    // More than 192 KiB of weights (unpacked, for the types unpacked per row block): several
+    // row blocks per task and a last partial one; 21 tokens: two groups of eight, one of four
+    // and a single token; one thread (one task) and three (tasks over row chunks).
+    for &ty in &[
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+        GgmlType::Q4_0,
+        GgmlType::Q8_0,
+    ] {
+        let (rows, cols, n) = (1501, 512, 21);
+        let data = random_matrix(ty, rows, cols, 8);
+        let w = QMatrix::new(ty, rows, cols, &data).expect("matrix");
+        let act = vec_dot_type(ty).expect("supported");
+        let x = random_x(n * cols, 9);
+        for k in tables() {
+            let want: Vec<f32> = (0..n)
+                .flat_map(|t| {
+                    let a = quantize(k, act, &x[t * cols..(t + 1) * cols]);
+                    (0..rows)
+                        .map(|r| k.dot(ty, w.row(r), &a).expect("dot"))
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            for threads in [1, 3] {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .expect("pool");
+                let mut s = MatmulScratch::default();
+                s.prepare(&x, n, cols);
+                let mut y = vec![0.0f32; n * rows];
+                pool.install(|| matmul_prepared_with(k, &w, &mut s, &mut y));
+                for (i, (g, d)) in y.iter().zip(&want).enumerate() {
+                    assert_eq!(
+                        g.to_bits(),
+                        d.to_bits(),
+                        "{} {ty} {threads} threads: token {} row {}",
+                        k.isa(),
+                        i / rows,
+                        i % rows
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn one_preparation_serves_several_matrices_and_types() {
     let cols = 512;
     let x = random_x(3 * cols, 8);
