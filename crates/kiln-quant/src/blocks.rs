@@ -147,8 +147,9 @@ impl BlockQ8K {
 }
 
 /// A block of 32 signed-byte weights with its scale widened: the unpacked form of a Q4_0 /
-/// Q5_0 block (the GEMM driver unpacks a weight row once per token tile into this, so the
-/// eight-token micro-kernel does not unpack it again for every group of eight tokens).
+/// Q5_0 block (the GEMM driver unpacks a weight row into this once per GEMM task, for all
+/// its tokens, so the eight-token micro-kernel does not unpack it again for every group of
+/// eight tokens).
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 #[repr(C)]
 pub struct BlockI8 {

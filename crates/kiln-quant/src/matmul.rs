@@ -325,7 +325,7 @@ fn gemv(wk: &WeightKernels, w: &QMatrix, a: &[u8], y: &mut [f32]) {
 
 /// Weight bytes of a GEMM row block (after unpacking, for types unpacked per row block): the
 /// block stays in the core's L2 while every token of the task streams past it, so each
-/// weight byte comes from DRAM once per matmul, not once per token tile.
+/// weight byte comes from DRAM once per matmul, not once per group of tokens.
 const ROW_BLOCK_BYTES: usize = 192 * 1024;
 /// Fewest rows in a GEMM row block.
 const ROW_BLOCK_MIN: usize = 4;
@@ -434,7 +434,7 @@ unsafe fn gemm_tile(
         stride,
         sc: &a.sc[t * a.sc_stride..(t + n) * a.sc_stride],
         sc_stride: a.sc_stride,
-        // Eight-token calls start on a group boundary (token tiles are whole groups).
+        // Eight-token calls start on a group boundary (a task's tokens are whole groups).
         sc8: if n == 8 {
             debug_assert_eq!(t % 8, 0);
             &a.sc8[t * a.sc_stride..(t + 8) * a.sc_stride]

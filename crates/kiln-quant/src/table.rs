@@ -125,7 +125,8 @@ pub(crate) struct WeightKernels {
     pub(crate) dot8: Option<Imp<Dot8Fn>>,
     /// For types whose unpacking dominates: an unpacker to [`crate::blocks::BlockI8`] rows
     /// and an eight-token micro-kernel over such rows. The driver unpacks each weight row
-    /// once per token tile and runs this instead of `dot8`; results equal `dot` bit for bit.
+    /// once per GEMM task (for all its tokens) and runs this instead of `dot8`; results
+    /// equal `dot` bit for bit.
     pub(crate) dot8_unpacked: Option<(Imp<UnpackFn>, Imp<Dot8Fn>)>,
 }
 
@@ -208,7 +209,7 @@ impl Kernels {
         }
     }
 
-    /// Gives `w` an eight-token GEMM micro-kernel over rows unpacked once per token tile.
+    /// Gives `w` an eight-token GEMM micro-kernel over rows unpacked once per GEMM task.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) const fn set_dot8_unpacked(&mut self, w: WType, unpack: UnpackFn, dot8: Dot8Fn) {
         self.weights[w as usize].dot8_unpacked = Some((self.own(unpack), self.own(dot8)));

@@ -62,7 +62,7 @@ fn matmul_outputs_equal_the_dot_kernel_bit_for_bit() {
         let w = QMatrix::new(ty, rows, cols, &data).expect("matrix");
         let act = vec_dot_type(ty).expect("supported");
         for k in tables() {
-            let n = 70; // several token tiles, a remainder that is not a multiple of 4
+            let n = 70; // several groups of eight, a remainder that is not a multiple of 4
             let x = random_x(n * cols, 3);
             let mut s = MatmulScratch::default();
             s.prepare(&x, n, cols);
