@@ -28,9 +28,12 @@
 //! Every query row is computed independently, keys in position order with one fixed
 //! summation order, so results depend neither on the batch a row runs in nor on the thread
 //! count. The inner loops are kiln-quant's attention kernels (`kiln_quant::attn`), whose
-//! SIMD forms equal the scalar oracle bit for bit. Work is split over (query head, tile of
-//! query rows), for all the sequences of a batched step in one pass; within a tile, keys are walked in chunks of pages and each chunk serves
-//! every row of the tile before the next is read, so prefill reuses K/V pages from cache.
+//! SIMD forms equal the scalar oracle bit for bit. Work is split over (the query heads of one
+//! KV group, tile of tokens), for all the sequences of a batched step in one pass (a group's
+//! heads split among more tasks when there are fewer tasks than threads); within a task,
+//! keys are walked in chunks of pages and each chunk serves every row of the task — through
+//! the many-row kernels, which load each key and value once for several rows — before the
+//! next is read, so K/V is read once per group and prefill reuses K/V pages from cache.
 
 use half::f16;
 use kiln_kv::{KvType, LayerView};
@@ -53,8 +56,14 @@ pub struct AttnShape {
     pub window: Option<usize>,
 }
 
-/// Query rows per task.
-const TILE: usize = 32;
+/// Query rows per task (the query heads of one KV group times a tile of tokens): every
+/// K/V chunk read serves all of them.
+const TILE_ROWS: usize = 64;
+
+/// Tokens per task when each of its tokens brings `heads` query rows.
+fn tile_tokens(heads: usize) -> usize {
+    (TILE_ROWS / heads.max(1)).max(1)
+}
 /// Keys per chunk (rounded to whole pages).
 const CHUNK_KEYS: usize = 128;
 
@@ -103,9 +112,9 @@ impl SlotDims {
         Slot {
             q: vec![0.0; rows * hd],
             qa: vec![0; rows * qa],
-            scores: vec![0.0; keys],
-            ms: vec![0.0; keys],
-            vs: vec![0.0; keys],
+            scores: vec![0.0; rows * keys],
+            ms: vec![0.0; rows * keys],
+            vs: vec![0.0; rows * keys],
             acc16: vec![f16::ZERO; if v_type == KvType::F16 { rows * hdv } else { 0 }],
             acc32: vec![0.0; rows * hdv],
             max: vec![0.0; rows],
@@ -127,7 +136,7 @@ impl SlotDims {
 
 /// Everything the attention needs besides its inputs: a pool of task buffers (a task takes
 /// one while it runs, so there are about as many as threads, made on first need), and the
-/// head-major output before it is interleaved.
+/// tasks' output pieces before they are interleaved.
 pub(crate) struct AttnScratch {
     pool: SlotPool,
     head_out: Vec<f32>,
@@ -135,8 +144,9 @@ pub(crate) struct AttnScratch {
     tasks: Vec<Task<'static>>,
 }
 
-/// One parallel task: sequence, query head, first row, and its piece of the output.
-type Task<'a> = (usize, usize, usize, &'a mut [f32]);
+/// One parallel task: sequence, first query head and number of heads (all of one KV
+/// group), first token, and its piece of the output (rows token-major, then head).
+type Task<'a> = (usize, usize, usize, usize, &'a mut [f32]);
 
 /// An empty task list with `v`'s allocation, for any lifetime (the tasks borrow one call's
 /// output; the allocation is kept for every call).
@@ -169,7 +179,10 @@ impl AttnScratch {
         let pages = chunk_pages(block_size);
         let (hd, hdv) = (cfg.head_dim, cfg.head_dim_v);
         let dims = SlotDims {
-            rows: TILE.min(n_batch.max(1)),
+            // A task's rows never exceed `tile_tokens(hs)·hs ≤ max(TILE_ROWS, group)`.
+            rows: TILE_ROWS
+                .max(cfg.n_head / cfg.n_head_kv)
+                .min(n_batch.max(1) * (cfg.n_head / cfg.n_head_kv)),
             hd,
             hdv,
             qa: if k_type.is_float() {
@@ -327,49 +340,67 @@ fn attention_batch_with(
         pool,
         tasks,
     } = scratch;
-    pool.fill(rayon::current_num_threads());
+    let threads = rayon::current_num_threads();
+    pool.fill(threads);
+    // Tasks are (query heads of one KV group) × (tile of tokens), so each K/V chunk read
+    // serves every head of the group. When that gives fewer tasks than threads (decode of
+    // a model with few KV heads), each group's heads are split among more tasks. A row's
+    // arithmetic does not depend on which rows share its task.
+    let group = n_head / cfg.n_head_kv;
+    let base: usize = seqs
+        .iter()
+        .map(|s| cfg.n_head_kv * s.shape.n_tokens.div_ceil(tile_tokens(group)))
+        .sum();
+    let splits = threads.div_ceil(base.max(1)).clamp(1, group);
+    let hs = group.div_ceil(splits);
+    let tt = tile_tokens(hs);
     let mut rest = &mut head_out[..n_tok * row];
-    // Disjoint output pieces, one per task: per sequence a head-major region, cut by head,
-    // then by tile of rows.
+    // Disjoint output pieces, one per task: per sequence, per tile of tokens, per run of
+    // heads.
     let mut tasks = recycle(std::mem::take(tasks));
     for (si, s) in seqs.iter().enumerate() {
         let m = s.shape.n_tokens;
-        if m == 0 {
-            continue;
-        }
-        let (region, r) = std::mem::take(&mut rest).split_at_mut(m * row);
-        rest = r;
-        for (h, ho) in region.chunks_mut(m * hdv).enumerate() {
-            for (tile, o) in ho.chunks_mut(TILE * hdv).enumerate() {
-                tasks.push((si, h, tile * TILE, o));
+        let mut t0 = 0;
+        while t0 < m {
+            let n = tt.min(m - t0);
+            for g in 0..cfg.n_head_kv {
+                let mut h0 = g * group;
+                while h0 < (g + 1) * group {
+                    let heads = hs.min((g + 1) * group - h0);
+                    let (piece, r) = std::mem::take(&mut rest).split_at_mut(n * heads * hdv);
+                    rest = r;
+                    tasks.push((si, h0, heads, t0, piece));
+                    h0 += heads;
+                }
             }
+            t0 += n;
         }
     }
     let pool = &*pool;
-    let result = tasks.par_iter_mut().try_for_each(|(si, h, t0, o)| {
+    let result = tasks.par_iter_mut().try_for_each(|(si, h0, heads, t0, o)| {
         let s = &seqs[*si];
         let mut slot = pool.take();
-        let rows = o.len() / hdv;
-        let r = run_tile(ak, cfg, s, *h, *t0, rows, &mut slot, o);
+        let r = run_tile(ak, cfg, s, *h0, *heads, *t0, &mut slot, o);
         pool.give(slot);
         r
     });
-    scratch.tasks = recycle(tasks);
-    result?;
-    // Interleave each sequence's head-major region into token-major rows.
-    let mut base = 0;
-    for s in seqs {
-        let m = s.shape.n_tokens;
-        let region = &scratch.head_out[base * row..(base + m) * row];
-        for t in 0..m {
-            for h in 0..n_head {
-                out[(base + t) * row + h * hdv..(base + t) * row + (h + 1) * hdv]
-                    .copy_from_slice(&region[h * m * hdv + t * hdv..h * m * hdv + (t + 1) * hdv]);
+    if result.is_ok() {
+        // Each piece's rows (token, then head) to their places in token-major `out`.
+        // Tasks are in sequence order; `seq_base` is the first row of sequence `next`.
+        let (mut seq_base, mut next) = (0, 0);
+        for (si, h0, heads, t0, piece) in tasks.iter() {
+            while next < *si {
+                seq_base += seqs[next].shape.n_tokens;
+                next += 1;
+            }
+            for (i, r) in piece.chunks_exact(hdv).enumerate() {
+                let (t, h) = (seq_base + t0 + i / heads, h0 + i % heads);
+                out[t * row + h * hdv..t * row + (h + 1) * hdv].copy_from_slice(r);
             }
         }
-        base += m;
     }
-    Ok(())
+    scratch.tasks = recycle(tasks);
+    result
 }
 
 /// The first position a query at `pos` sees.
@@ -380,15 +411,16 @@ fn first_visible(pos: usize, window: Option<usize>) -> usize {
     }
 }
 
-/// Query head `h`, rows `t0..t0 + rows` of the batch, into `out` (`rows × head_dim_v`).
+/// Query heads `h0..h0 + heads` (all of one KV group) of tokens `t0..` of the sequence, into
+/// `out` (one row of `head_dim_v` per token and head, token-major; as many tokens as fit).
 #[allow(clippy::too_many_arguments)]
 fn run_tile(
     ak: &AttnKernels,
     cfg: &ModelConfig,
     seq: &SeqAttn<'_>,
-    h: usize,
+    h0: usize,
+    heads: usize,
     t0: usize,
-    rows: usize,
     slot: &mut Slot,
     out: &mut [f32],
 ) -> Result<(), ModelError> {
@@ -396,7 +428,9 @@ fn run_tile(
     // f16 accumulator: the one-row arithmetic over an f16 cache.
     let acc_f16 = kv.v_type() == KvType::F16 && !seq.prompt;
     let (hd, hdv, q_dim) = (cfg.head_dim, cfg.head_dim_v, cfg.q_dim());
-    let g = h / (cfg.n_head / cfg.n_head_kv);
+    let rows = out.len() / hdv;
+    let tokens = rows / heads;
+    let g = h0 / (cfg.n_head / cfg.n_head_kv);
     let bs = kv.block_size();
     let (k_type, v_type) = (kv.k_type(), kv.v_type());
     let kq = kiln_quant::kernels();
@@ -413,8 +447,9 @@ fn run_tile(
         act_row_bytes(k_type, hd)
     };
 
+    // Row `r` is token `t0 + r / heads`, query head `h0 + r % heads`.
     for r in 0..rows {
-        let t = t0 + r;
+        let (t, h) = (t0 + r / heads, h0 + r % heads);
         let src = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd];
         match k_type {
             KvType::F16 if !seq.prompt => ak.round_f16(src, &mut slot.q[r * hd..(r + 1) * hd]),
@@ -440,8 +475,10 @@ fn run_tile(
         slot.max[r] = f32::NEG_INFINITY;
         slot.sum[r] = 0.0;
     }
-    slot.acc16.fill(f16::ZERO);
-    slot.acc32.fill(0.0);
+    if acc_f16 {
+        slot.acc16[..rows * hdv].fill(f16::ZERO);
+    }
+    slot.acc32[..rows * hdv].fill(0.0);
 
     let k_arena = kv.k_bytes();
     let v_arena = kv.v_bytes();
@@ -462,12 +499,22 @@ fn run_tile(
 
     let pos_first = shape.pos0 + t0;
     let key_lo = first_visible(pos_first, shape.window);
-    let key_hi = pos_first + rows; // exclusive: the last row's own position + 1
+    let key_hi = pos_first + tokens; // exclusive: the last token's own position + 1
+    // Keys `lo..hi` of token `tl` (of the tile) within the chunk `chunk_lo..chunk_hi`.
+    let range = |tl: usize, chunk_lo: usize, chunk_hi: usize| {
+        let pos = pos_first + tl;
+        (
+            first_visible(pos, shape.window).max(chunk_lo),
+            (pos + 1).min(chunk_hi),
+        )
+    };
     let per_chunk = chunk_pages(bs);
     let mut p0 = key_lo / bs;
     while p0 * bs < key_hi {
         let p1 = (p0 + per_chunk).min(key_hi.div_ceil(bs));
         let np = p1 - p0;
+        let nk = np * bs;
+        let (chunk_lo, chunk_hi) = (p0 * bs, p1 * bs);
         for (i, p) in (p0..p1).enumerate() {
             slot.pages_k[i] = kv.k_page(p, g) / k_esize;
             slot.pages_v[i] = kv.v_page(p, g) / v_esize;
@@ -483,35 +530,39 @@ fn run_tile(
                 )?;
             }
         }
-        let chunk_lo = p0 * bs;
-        for r in 0..rows {
-            let pos = pos_first + r;
-            let lo = first_visible(pos, shape.window).max(chunk_lo);
-            let hi = (pos + 1).min(p1 * bs);
-            if lo >= hi {
-                continue;
-            }
-            // Scores of the pages that hold keys `lo..hi`.
-            let (pa, pb) = (lo / bs - p0, hi.div_ceil(bs) - p0);
-            let sc = &mut slot.scores[..(pb - pa) * bs];
-            let qr = &slot.q[r * hd..(r + 1) * hd];
-            match (k16, k32) {
-                (Some(k), _) => ak.scores_f16(qr, k, &slot.pages_k[pa..pb], bs, scale, sc),
-                (_, Some(k)) => ak.scores_f32(qr, k, &slot.pages_k[pa..pb], bs, scale, sc),
-                _ => {
+        // Scores of every row against the whole chunk (row `r` at `r·nk`; keys a row does
+        // not see are computed for float keys and ignored).
+        let sc = &mut slot.scores[..rows * nk];
+        let qs = &slot.q[..rows * hd];
+        match (k16, k32) {
+            (Some(k), _) => ak.scores_rows_f16(qs, hd, k, &slot.pages_k[..np], bs, scale, sc),
+            (_, Some(k)) => ak.scores_rows_f32(qs, hd, k, &slot.pages_k[..np], bs, scale, sc),
+            _ => {
+                for r in 0..rows {
+                    let (lo, hi) = range(r / heads, chunk_lo, chunk_hi);
                     let qa = &slot.qa[r * qab..(r + 1) * qab];
                     for j in lo..hi {
                         let at = slot.pages_k[j / bs - p0] + (j % bs) * k_row;
                         let d = kq.dot(k_type.ggml(), &k_arena[at..at + k_row], qa)?;
-                        sc[j - (p0 + pa) * bs] = d * scale;
+                        sc[r * nk + j - chunk_lo] = d * scale;
                     }
                 }
             }
-            // Online softmax over the visible keys, in order.
+        }
+        // Online softmax over each row's visible keys, in order: the weights `ms`, `vs` of
+        // key `j` at `r·nk + j - chunk_lo`.
+        for r in 0..rows {
+            let (lo, hi) = range(r / heads, chunk_lo, chunk_hi);
             let (mut max, mut sum) = (slot.max[r], slot.sum[r]);
-            let base = (p0 + pa) * bs;
-            for (i, j) in (lo..hi).enumerate() {
-                let mut s = sc[j - base];
+            if lo >= hi {
+                continue;
+            }
+            let span = r * nk + lo - chunk_lo..r * nk + hi - chunk_lo;
+            let ws = slot.ms[span.clone()]
+                .iter_mut()
+                .zip(&mut slot.vs[span.clone()]);
+            for (&s, (ms, vs)) in sc[span].iter().zip(ws) {
+                let mut s = s;
                 if let Some(c) = softcap {
                     s = c * s.tanh();
                 }
@@ -520,57 +571,52 @@ fn run_tile(
                     let m = (max - s).exp();
                     max = s;
                     sum = sum * m + 1.0;
-                    slot.ms[i] = m;
-                    slot.vs[i] = 1.0;
+                    *ms = m;
+                    *vs = 1.0;
                 } else {
                     let w = (s - max).exp();
                     sum += w;
-                    slot.ms[i] = 1.0;
-                    slot.vs[i] = w;
+                    *ms = 1.0;
+                    *vs = w;
                 }
             }
             slot.max[r] = max;
             slot.sum[r] = sum;
-            let n = hi - lo;
-            let (ms, vs) = (&slot.ms[..n], &slot.vs[..n]);
-            let first = lo - chunk_lo;
-            match (v16, v32) {
-                (Some(v), _) if acc_f16 => ak.accum_f16(
-                    &mut slot.acc16[r * hdv..(r + 1) * hdv],
-                    v,
-                    &slot.pages_v[..np],
-                    bs,
-                    first,
-                    ms,
-                    vs,
-                ),
-                (Some(v), _) => ak.accum_f16_f32(
-                    &mut slot.acc32[r * hdv..(r + 1) * hdv],
-                    v,
-                    &slot.pages_v[..np],
-                    bs,
-                    first,
-                    ms,
-                    vs,
-                ),
-                (_, Some(v)) => ak.accum_f32(
-                    &mut slot.acc32[r * hdv..(r + 1) * hdv],
-                    v,
-                    &slot.pages_v[..np],
-                    bs,
-                    first,
-                    ms,
-                    vs,
-                ),
-                _ => ak.accum_f32(
-                    &mut slot.acc32[r * hdv..(r + 1) * hdv],
-                    &slot.vdq[..np * bs * hdv],
-                    &[0],
-                    np * bs,
-                    first,
-                    ms,
-                    vs,
-                ),
+        }
+        // Values: the keys every token of the tile sees (`clo..chi`) for all rows at once;
+        // before them each token's own earlier keys (sliding window), after them its own
+        // later ones (the causal diagonal), each token's heads together.
+        let (mut clo, mut chi) = (0, usize::MAX);
+        for tl in 0..tokens {
+            let (lo, hi) = range(tl, chunk_lo, chunk_hi);
+            clo = clo.max(lo);
+            chi = chi.min(hi);
+        }
+        let acc = Accum {
+            ak,
+            hdv,
+            nk,
+            chunk_lo,
+            bs,
+            np,
+            acc_f16,
+            v16,
+            v32,
+        };
+        if clo < chi {
+            for tl in 0..tokens {
+                let (lo, _) = range(tl, chunk_lo, chunk_hi);
+                acc.run(slot, tl * heads..(tl + 1) * heads, lo..clo);
+            }
+            acc.run(slot, 0..rows, clo..chi);
+            for tl in 0..tokens {
+                let (_, hi) = range(tl, chunk_lo, chunk_hi);
+                acc.run(slot, tl * heads..(tl + 1) * heads, chi..hi);
+            }
+        } else {
+            for tl in 0..tokens {
+                let (lo, hi) = range(tl, chunk_lo, chunk_hi);
+                acc.run(slot, tl * heads..(tl + 1) * heads, lo..hi);
             }
         }
         p0 = p1;
@@ -595,6 +641,61 @@ fn run_tile(
         }
     }
     Ok(())
+}
+
+/// The value step of one chunk: accumulates keys into rows with the weights the softmax
+/// left in the task's buffers.
+struct Accum<'a> {
+    ak: &'a AttnKernels,
+    hdv: usize,
+    /// Keys in the chunk (the row stride of the weights).
+    nk: usize,
+    chunk_lo: usize,
+    bs: usize,
+    np: usize,
+    acc_f16: bool,
+    v16: Option<&'a [f16]>,
+    v32: Option<&'a [f32]>,
+}
+
+impl Accum<'_> {
+    /// Keys `keys` (absolute positions) into accumulator rows `rows`, in order.
+    fn run(&self, slot: &mut Slot, rows: std::ops::Range<usize>, keys: std::ops::Range<usize>) {
+        if keys.is_empty() || rows.is_empty() {
+            return;
+        }
+        let (hdv, nk) = (self.hdv, self.nk);
+        let first = keys.start - self.chunk_lo;
+        let n = keys.len();
+        let w = rows.start * nk + first;
+        let (ms, vs) = (&slot.ms[w..], &slot.vs[w..]);
+        let pages = &slot.pages_v[..self.np];
+        let (a, bs) = (rows.start * hdv..rows.end * hdv, self.bs);
+        let ak = self.ak;
+        match (self.v16, self.v32) {
+            (Some(v), _) if self.acc_f16 => {
+                ak.accum_rows_f16(&mut slot.acc16[a], hdv, v, pages, bs, first, n, ms, vs, nk)
+            }
+            (Some(v), _) => {
+                ak.accum_rows_f16_f32(&mut slot.acc32[a], hdv, v, pages, bs, first, n, ms, vs, nk)
+            }
+            (_, Some(v)) => {
+                ak.accum_rows_f32(&mut slot.acc32[a], hdv, v, pages, bs, first, n, ms, vs, nk)
+            }
+            _ => ak.accum_rows_f32(
+                &mut slot.acc32[a],
+                hdv,
+                &slot.vdq[..self.np * bs * hdv],
+                &[0],
+                self.np * bs,
+                first,
+                n,
+                ms,
+                vs,
+                nk,
+            ),
+        }
+    }
 }
 
 #[cfg(test)]

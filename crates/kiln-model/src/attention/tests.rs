@@ -548,3 +548,45 @@ fn rotated_pages_equal_unrotated_pages_of_rotated_inputs_rotated_back() {
         assert_ne!(bits(&off.paged(0, 45, None, None)), bits(&want));
     }
 }
+
+#[test]
+fn grouped_query_tiles_over_long_contexts_equal_the_plain_attention_bit_for_bit() {
+    // GQA ratios 1, 4, 7 and 8 (a task runs a KV group's heads together) and head sizes 64,
+    // 128 and 256, over contexts longer than a key chunk and a tile of rows and a multiple
+    // of neither, causal and with a sliding window; in whole-prompt, odd and one-row batches.
+    let shapes = [(4, 4, 64), (8, 2, 128), (7, 1, 64), (16, 2, 256)];
+    for (i, &(nh, nkv, hd)) in shapes.iter().enumerate() {
+        for window in [None, Some(150)] {
+            let n_ctx = 301;
+            let mut case = Case::new(
+                config(nh, nkv, hd, hd, None),
+                KvType::F16,
+                KvType::F16,
+                16,
+                n_ctx,
+                40 + i as u64,
+            );
+            let k16: Vec<f16> = case.k.iter().map(|&x| f16::from_f32(x)).collect();
+            let v16: Vec<f16> = case.v.iter().map(|&x| f16::from_f32(x)).collect();
+            let pos0 = 37;
+            let shape = AttnShape {
+                pos0,
+                n_tokens: n_ctx - pos0,
+                window,
+            };
+            let q = &case.q[pos0 * case.cfg.q_dim()..];
+            for prompt in [false, true] {
+                let want = bits(&plain_f16(&case.cfg, &shape, q, &k16, &v16, prompt));
+                case.prompt = prompt;
+                for batch in [n_ctx, 45, 1] {
+                    let got = case.paged(pos0, batch, window, None);
+                    assert_eq!(
+                        bits(&got),
+                        want,
+                        "heads {nh}/{nkv}, hd {hd}, window {window:?}, prompt {prompt}, batch {batch}"
+                    );
+                }
+            }
+        }
+    }
+}

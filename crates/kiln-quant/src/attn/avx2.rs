@@ -395,3 +395,324 @@ macro_rules! accum_kernel {
 accum_kernel!(accum_f16, f16, f16);
 accum_kernel!(accum_f32, f32, f32);
 accum_kernel!(accum_f16_f32, f32, f16);
+
+/// Query rows per block of the many-row score kernels: each key register loaded (and
+/// widened) serves this many rows.
+const SCORE_ROWS: usize = 4;
+
+/// Scores of rows `r0..r0 + R` (rows of `hd` in `q`, of `n = pages.len()·bs` in `out`)
+/// against every page: two groups of eight keys at a time, so each dimension step is two
+/// key loads, `R` broadcasts and `2R` independent fused multiply-adds. Every lane is still
+/// one key's sequential sum over the dimensions, as in the one-row kernel.
+///
+/// # Safety
+/// Rows `r0..r0 + R` exist in `q` and `out`, and every page lies inside `k` (checked by the
+/// wrapper).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn scores_block<const R: usize, V: Value8>(
+    q: &[f32],
+    hd: usize,
+    k: &[V],
+    pages: &[usize],
+    bs: usize,
+    scale: f32,
+    out: &mut [f32],
+    r0: usize,
+) {
+    let n = pages.len() * bs;
+    let gpp = bs / 8;
+    let n_groups = pages.len() * gpp;
+    let sc = _mm256_set1_ps(scale);
+    let kp = k.as_ptr();
+    let qs = &q[r0 * hd..(r0 + R) * hd];
+    let os = &mut out[r0 * n..(r0 + R) * n];
+    let mut g = 0;
+    while g < n_groups {
+        // Two groups when there are two left, else one (the second repeats the first and is
+        // not stored).
+        let two = g + 1 < n_groups;
+        let g0 = group(pages, bs, gpp, g);
+        let g1 = if two {
+            group(pages, bs, gpp, g + 1)
+        } else {
+            g0
+        };
+        let mut a = [[_mm256_set1_ps(-0.0); 2]; R];
+        for d in 0..hd {
+            // SAFETY: slot groups `src..src + 8` of dimension row `d < hd` lie in their
+            // pages, which the wrapper checked are inside `k`.
+            let k0 = unsafe { V::load8(kp.add(g0.0 + d * bs)) };
+            // SAFETY: as above.
+            let k1 = unsafe { V::load8(kp.add(g1.0 + d * bs)) };
+            for (i, ai) in a.iter_mut().enumerate() {
+                let qv = _mm256_set1_ps(qs[i * hd + d]);
+                ai[0] = _mm256_fmadd_ps(qv, k0, ai[0]);
+                ai[1] = _mm256_fmadd_ps(qv, k1, ai[1]);
+            }
+        }
+        for (i, ai) in a.iter().enumerate() {
+            let o = &mut os[i * n + g0.1..i * n + g0.1 + 8];
+            // SAFETY: `o` holds exactly 8 floats.
+            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), _mm256_mul_ps(ai[0], sc)) };
+            if two {
+                let o = &mut os[i * n + g1.1..i * n + g1.1 + 8];
+                // SAFETY: `o` holds exactly 8 floats.
+                unsafe { _mm256_storeu_ps(o.as_mut_ptr(), _mm256_mul_ps(ai[1], sc)) };
+            }
+        }
+        g += if two { 2 } else { 1 };
+    }
+    // Slots past the last whole group of eight (page sizes not a multiple of 8).
+    if gpp * 8 < bs {
+        for (qr, o) in qs.chunks_exact(hd).zip(os.chunks_exact_mut(n)) {
+            for (&page, o) in pages.iter().zip(o.chunks_exact_mut(bs)) {
+                for (slot, o) in o.iter_mut().enumerate().skip(gpp * 8) {
+                    let mut acc = -0.0f32;
+                    for (d, &qd) in qr.iter().enumerate() {
+                        acc = qd.mul_add(k[page + d * bs + slot].widen(), acc);
+                    }
+                    *o = acc * scale;
+                }
+            }
+        }
+    }
+}
+
+/// Many query rows against the same pages: blocks of [`SCORE_ROWS`] rows, then one row at
+/// a time.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn scores_rows<V: Value8>(
+    q: &[f32],
+    hd: usize,
+    k: &[V],
+    pages: &[usize],
+    bs: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let rows = q.len() / hd;
+    let mut r = 0;
+    while r + SCORE_ROWS <= rows {
+        // SAFETY: rows `r..r + SCORE_ROWS` exist; pages checked by the wrapper.
+        unsafe { scores_block::<SCORE_ROWS, V>(q, hd, k, pages, bs, scale, out, r) };
+        r += SCORE_ROWS;
+    }
+    while r < rows {
+        // SAFETY: row `r` exists; pages checked by the wrapper.
+        unsafe { scores_block::<1, V>(q, hd, k, pages, bs, scale, out, r) };
+        r += 1;
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn scores_rows_f16(
+    q: &[f32],
+    hd: usize,
+    k: &[f16],
+    pages: &[usize],
+    bs: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    scores_rows(q, hd, k, pages, bs, scale, out)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn scores_rows_f32(
+    q: &[f32],
+    hd: usize,
+    k: &[f32],
+    pages: &[usize],
+    bs: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    scores_rows(q, hd, k, pages, bs, scale, out)
+}
+
+/// Accumulator rows per block of the many-row accumulators: each value register loaded
+/// (and widened) serves this many rows.
+const ACC_ROWS: usize = 4;
+
+/// The weights of many rows over one key range: row `r`, key `i` at `r·stride + i`.
+#[derive(Clone, Copy)]
+struct RowWeights<'a> {
+    ms: &'a [f32],
+    vs: &'a [f32],
+    stride: usize,
+    n: usize,
+}
+
+/// `N` registers (8·N dimensions from `d0`) of accumulator rows `r0..r0 + R` through keys
+/// `first..first + n`: per key, `N` value loads serve `R·N` steps. Each element takes exactly
+/// the one-row kernel's steps in the same order.
+///
+/// # Safety
+/// Rows `r0..r0 + R` of `acc` (rows of `dv`) exist, `d0 + 8N ≤ dv`, the weights hold every
+/// row's `n` keys, and every key row lies in a checked page.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn accum_rows_regs<const R: usize, const N: usize, A: Acc8, V: Value8>(
+    acc: &mut [A],
+    dv: usize,
+    v: &[V],
+    pages: &[usize],
+    bs: usize,
+    first: usize,
+    w: RowWeights<'_>,
+    r0: usize,
+    d0: usize,
+) {
+    let ap = acc.as_mut_ptr();
+    let mut a = [[_mm256_setzero_ps(); N]; R];
+    for (i, ai) in a.iter_mut().enumerate() {
+        for (j, aj) in ai.iter_mut().enumerate() {
+            // SAFETY: row `r0 + i` holds dimensions `d0..d0 + 8N`; this function's features.
+            *aj = unsafe { A::load8(ap.add((r0 + i) * dv + d0 + 8 * j)) };
+        }
+    }
+    let vp = v.as_ptr();
+    let mut rows = Rows::new(pages, bs, dv, first);
+    for key in 0..w.n {
+        let row = rows.next_row() + d0;
+        let mut x = [_mm256_setzero_ps(); N];
+        for (j, xj) in x.iter_mut().enumerate() {
+            // SAFETY: the key's row holds `dv ≥ d0 + 8N` values inside a checked page.
+            *xj = unsafe { V::load8(vp.add(row + 8 * j)) };
+        }
+        for (i, ai) in a.iter_mut().enumerate() {
+            let at = (r0 + i) * w.stride + key;
+            let m = w.ms[at];
+            if m != 1.0 {
+                let mv = _mm256_set1_ps(m);
+                for aj in ai.iter_mut() {
+                    // SAFETY: this function's target features.
+                    *aj = unsafe { A::round8(_mm256_mul_ps(*aj, mv)) };
+                }
+            }
+            let wv = _mm256_set1_ps(w.vs[at]);
+            for (aj, &xj) in ai.iter_mut().zip(&x) {
+                // SAFETY: this function's target features.
+                *aj = unsafe { A::round8(_mm256_fmadd_ps(xj, wv, *aj)) };
+            }
+        }
+    }
+    for (i, ai) in a.iter().enumerate() {
+        for (j, aj) in ai.iter().enumerate() {
+            // SAFETY: as for the loads.
+            unsafe { A::store8(ap.add((r0 + i) * dv + d0 + 8 * j), *aj) };
+        }
+    }
+}
+
+/// Rows `r0..r0 + R` over every dimension: 16 at a time, then 8, then the tail one element
+/// at a time with the scalar oracle's step.
+///
+/// # Safety
+/// As [`accum_rows_regs`], for every dimension.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn accum_rows_block<const R: usize, A: Acc8, V: Value8>(
+    acc: &mut [A],
+    dv: usize,
+    v: &[V],
+    pages: &[usize],
+    bs: usize,
+    first: usize,
+    w: RowWeights<'_>,
+    r0: usize,
+) {
+    let mut d0 = 0;
+    while d0 + 16 <= dv {
+        // SAFETY: `d0 + 16 ≤ dv`; the caller's contract otherwise.
+        unsafe { accum_rows_regs::<R, 2, A, V>(acc, dv, v, pages, bs, first, w, r0, d0) };
+        d0 += 16;
+    }
+    while d0 + 8 <= dv {
+        // SAFETY: `d0 + 8 ≤ dv`; the caller's contract otherwise.
+        unsafe { accum_rows_regs::<R, 1, A, V>(acc, dv, v, pages, bs, first, w, r0, d0) };
+        d0 += 8;
+    }
+    if d0 < dv {
+        for r in r0..r0 + R {
+            let mut rows = Rows::new(pages, bs, dv, first);
+            for key in 0..w.n {
+                let row = rows.next_row();
+                let (m, x) = (w.ms[r * w.stride + key], w.vs[r * w.stride + key]);
+                for d in d0..dv {
+                    step(&mut acc[r * dv + d], v[row + d], m, x);
+                }
+            }
+        }
+    }
+}
+
+/// Many accumulator rows over the same keys: blocks of [`ACC_ROWS`] rows, then one at a
+/// time (the one-row kernel's 64-dimension blocks).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+fn accum_rows<A: Acc8, V: Value8>(
+    acc: &mut [A],
+    dv: usize,
+    v: &[V],
+    pages: &[usize],
+    bs: usize,
+    first: usize,
+    n: usize,
+    ms: &[f32],
+    vs: &[f32],
+    stride: usize,
+) {
+    let rows = acc.len() / dv;
+    let w = RowWeights { ms, vs, stride, n };
+    let mut r = 0;
+    while r + ACC_ROWS <= rows {
+        // SAFETY: rows `r..r + ACC_ROWS` exist; weights and pages checked by the wrapper.
+        unsafe { accum_rows_block::<ACC_ROWS, A, V>(acc, dv, v, pages, bs, first, w, r) };
+        r += ACC_ROWS;
+    }
+    while r < rows {
+        let at = r * stride;
+        accum::<A, V>(
+            &mut acc[r * dv..(r + 1) * dv],
+            v,
+            pages,
+            bs,
+            first,
+            &ms[at..at + n],
+            &vs[at..at + n],
+        );
+        r += 1;
+    }
+}
+
+macro_rules! accum_rows_kernel {
+    ($name:ident, $acc:ty, $val:ty) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        #[allow(clippy::too_many_arguments)]
+        pub(super) fn $name(
+            acc: &mut [$acc],
+            dv: usize,
+            v: &[$val],
+            pages: &[usize],
+            bs: usize,
+            first: usize,
+            n: usize,
+            ms: &[f32],
+            vs: &[f32],
+            stride: usize,
+        ) {
+            accum_rows::<$acc, $val>(acc, dv, v, pages, bs, first, n, ms, vs, stride)
+        }
+    };
+}
+
+accum_rows_kernel!(accum_rows_f16, f16, f16);
+accum_rows_kernel!(accum_rows_f32, f32, f32);
+accum_rows_kernel!(accum_rows_f16_f32, f32, f16);

@@ -19,6 +19,11 @@
 //!   identity for f32. Elementwise operations have no order to get wrong, so any split of the
 //!   dimensions or of the keys into calls gives the same bits.
 //!
+//! The many-row forms ([`AttnKernels::scores_rows_f16`], [`AttnKernels::accum_rows_f16`] …)
+//! run several query rows — the query heads of one KV group, several tokens of a prompt —
+//! over the same pages: each row's result is that of the one-row kernel alone, bit for bit,
+//! and each key or value vector loaded (and widened from f16) serves several rows.
+//!
 //! The online-softmax bookkeeping between the two (running maximum, `exp`, running sum) is
 //! scalar and belongs to the caller, as do the page tables: every kernel takes the *offsets*
 //! of the pages it reads (`pages`, in elements) into one arena slice and the page size `bs`
@@ -29,6 +34,7 @@
 //! | kernel | scalar | avx2 |
 //! |---|---|---|
 //! | `round_f16`, `scores_f16`, `scores_f32`, `accum_f16`, `accum_f32` | ✓ (oracle) | ✓ (bit-identical) |
+//! | `scores_rows_*`, `accum_rows_*` (many rows over the same pages) | ✓ (the one-row oracle, row by row) | ✓ (bit-identical; each loaded key or value serves four rows) |
 //! | [`store_row`] F16, Q8_0 | ✓ | ✓ (kiln-quant activation converters) |
 //! | [`store_row`] F32, Q4_0, Q4_1, Q5_0 | ✓ | scalar (not hot: once per token) |
 //! | [`hadamard_rotate`] (rotation of quantized K/V, see [`hadamard`]) | ✓ | scalar (compiler-vectorised; a few thousand additions per token and layer) |
@@ -83,6 +89,31 @@ pub(crate) type AccumF16F32Fn = unsafe fn(
     vs: &[f32],
 );
 pub(crate) type RoundFn = unsafe fn(x: &[f32], out: &mut [f32]);
+/// Many query rows (of `hd`) against the same pages: row `r`'s scores at `out[r·n..]`,
+/// `n = pages.len()·bs`.
+pub(crate) type ScoresRowsFn<K> = unsafe fn(
+    q: &[f32],
+    hd: usize,
+    k: &[K],
+    pages: &[usize],
+    bs: usize,
+    scale: f32,
+    out: &mut [f32],
+);
+/// Many accumulator rows (of `dv`) over the same keys `first..first + n`: row `r`, key `i`
+/// weighted by `ms[r·stride + i]`, `vs[r·stride + i]`.
+pub(crate) type AccumRowsFn<A, V> = unsafe fn(
+    acc: &mut [A],
+    dv: usize,
+    v: &[V],
+    pages: &[usize],
+    bs: usize,
+    first: usize,
+    n: usize,
+    ms: &[f32],
+    vs: &[f32],
+    stride: usize,
+);
 
 /// The attention kernels of one instruction set. The `unsafe fn` entries require the CPU to
 /// support `isa` and the slice bounds the safe methods check; a `&AttnKernels` comes only
@@ -95,6 +126,11 @@ pub struct AttnKernels {
     accum_f16: (Isa, AccumF16Fn),
     accum_f32: (Isa, AccumF32Fn),
     accum_f16_f32: (Isa, AccumF16F32Fn),
+    scores_rows_f16: (Isa, ScoresRowsFn<f16>),
+    scores_rows_f32: (Isa, ScoresRowsFn<f32>),
+    accum_rows_f16: (Isa, AccumRowsFn<f16, f16>),
+    accum_rows_f32: (Isa, AccumRowsFn<f32, f32>),
+    accum_rows_f16_f32: (Isa, AccumRowsFn<f32, f16>),
 }
 
 static SCALAR: AttnKernels = AttnKernels {
@@ -105,6 +141,11 @@ static SCALAR: AttnKernels = AttnKernels {
     accum_f16: (Isa::Scalar, scalar::accum_f16),
     accum_f32: (Isa::Scalar, scalar::accum_f32),
     accum_f16_f32: (Isa::Scalar, scalar::accum_f16_f32),
+    scores_rows_f16: (Isa::Scalar, scalar::scores_rows_f16),
+    scores_rows_f32: (Isa::Scalar, scalar::scores_rows_f32),
+    accum_rows_f16: (Isa::Scalar, scalar::accum_rows_f16),
+    accum_rows_f32: (Isa::Scalar, scalar::accum_rows_f32),
+    accum_rows_f16_f32: (Isa::Scalar, scalar::accum_rows_f16_f32),
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -116,6 +157,11 @@ static AVX2: AttnKernels = AttnKernels {
     accum_f16: (Isa::Avx2, avx2::accum_f16),
     accum_f32: (Isa::Avx2, avx2::accum_f32),
     accum_f16_f32: (Isa::Avx2, avx2::accum_f16_f32),
+    scores_rows_f16: (Isa::Avx2, avx2::scores_rows_f16),
+    scores_rows_f32: (Isa::Avx2, avx2::scores_rows_f32),
+    accum_rows_f16: (Isa::Avx2, avx2::accum_rows_f16),
+    accum_rows_f32: (Isa::Avx2, avx2::accum_rows_f32),
+    accum_rows_f16_f32: (Isa::Avx2, avx2::accum_rows_f16_f32),
 };
 
 /// The attention kernels for `isa`, if this CPU has it and Kiln has kernels for it (the
@@ -172,6 +218,11 @@ impl AttnKernels {
             ("accum_f16", self.accum_f16.0),
             ("accum_f32", self.accum_f32.0),
             ("accum_f16_f32", self.accum_f16_f32.0),
+            ("scores_rows_f16", self.scores_rows_f16.0),
+            ("scores_rows_f32", self.scores_rows_f32.0),
+            ("accum_rows_f16", self.accum_rows_f16.0),
+            ("accum_rows_f32", self.accum_rows_f32.0),
+            ("accum_rows_f16_f32", self.accum_rows_f16_f32.0),
         ]
     }
 
@@ -296,6 +347,178 @@ impl AttnKernels {
         // SAFETY: as in `scores_f16`.
         unsafe { (self.accum_f16_f32.1)(acc, v, pages, bs, first, ms, vs) }
     }
+}
+
+impl AttnKernels {
+    /// Many query rows against the same pages of keys, `q` holding the rows one after another
+    /// (`hd` each): row `r`'s scores are `out[r·n..(r + 1)·n]`, `n = pages.len()·bs`, each
+    /// exactly [`AttnKernels::scores_f16`] of that row alone. Sharing each loaded key among
+    /// several rows is what makes this faster than a call per row.
+    ///
+    /// # Panics
+    /// If `hd` is 0 or does not divide `q.len()`, `out` is not `rows·n` long, or a page lies
+    /// outside `k`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn scores_rows_f16(
+        &self,
+        q: &[f32],
+        hd: usize,
+        k: &[f16],
+        pages: &[usize],
+        bs: usize,
+        scale: f32,
+        out: &mut [f32],
+    ) {
+        check_rows(q.len(), hd, out.len(), pages.len() * bs, "scores_rows_f16");
+        check_pages(pages, hd * bs, k.len());
+        // SAFETY: as in `scores_f16`.
+        unsafe { (self.scores_rows_f16.1)(q, hd, k, pages, bs, scale, out) }
+    }
+
+    /// [`AttnKernels::scores_rows_f16`] for f32 keys (each row as [`AttnKernels::scores_f32`]).
+    ///
+    /// # Panics
+    /// As [`AttnKernels::scores_rows_f16`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn scores_rows_f32(
+        &self,
+        q: &[f32],
+        hd: usize,
+        k: &[f32],
+        pages: &[usize],
+        bs: usize,
+        scale: f32,
+        out: &mut [f32],
+    ) {
+        check_rows(q.len(), hd, out.len(), pages.len() * bs, "scores_rows_f32");
+        check_pages(pages, hd * bs, k.len());
+        // SAFETY: as in `scores_f16`.
+        unsafe { (self.scores_rows_f32.1)(q, hd, k, pages, bs, scale, out) }
+    }
+
+    /// Many f16 accumulator rows (`acc` holds rows of `dv`) over the same keys
+    /// `first..first + n`: row `r` is exactly [`AttnKernels::accum_f16`] of that row alone
+    /// with weights `ms[r·stride..][..n]`, `vs[r·stride..][..n]`. Each value row read serves
+    /// every accumulator row.
+    ///
+    /// # Panics
+    /// If `dv` is 0 or does not divide `acc.len()`, `n > stride` (with more than one row),
+    /// the weights are too short for the rows, the keys run past the pages, or a page lies
+    /// outside `v`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn accum_rows_f16(
+        &self,
+        acc: &mut [f16],
+        dv: usize,
+        v: &[f16],
+        pages: &[usize],
+        bs: usize,
+        first: usize,
+        n: usize,
+        ms: &[f32],
+        vs: &[f32],
+        stride: usize,
+    ) {
+        check_accum_rows(acc.len(), dv, v.len(), pages, bs, first, n, ms, vs, stride);
+        // SAFETY: as in `scores_f16`.
+        unsafe { (self.accum_rows_f16.1)(acc, dv, v, pages, bs, first, n, ms, vs, stride) }
+    }
+
+    /// [`AttnKernels::accum_rows_f16`] with f32 accumulators and values (each row as
+    /// [`AttnKernels::accum_f32`]).
+    ///
+    /// # Panics
+    /// As [`AttnKernels::accum_rows_f16`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn accum_rows_f32(
+        &self,
+        acc: &mut [f32],
+        dv: usize,
+        v: &[f32],
+        pages: &[usize],
+        bs: usize,
+        first: usize,
+        n: usize,
+        ms: &[f32],
+        vs: &[f32],
+        stride: usize,
+    ) {
+        check_accum_rows(acc.len(), dv, v.len(), pages, bs, first, n, ms, vs, stride);
+        // SAFETY: as in `scores_f16`.
+        unsafe { (self.accum_rows_f32.1)(acc, dv, v, pages, bs, first, n, ms, vs, stride) }
+    }
+
+    /// [`AttnKernels::accum_rows_f16`] with f32 accumulators over f16 values (each row as
+    /// [`AttnKernels::accum_f16_f32`]).
+    ///
+    /// # Panics
+    /// As [`AttnKernels::accum_rows_f16`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn accum_rows_f16_f32(
+        &self,
+        acc: &mut [f32],
+        dv: usize,
+        v: &[f16],
+        pages: &[usize],
+        bs: usize,
+        first: usize,
+        n: usize,
+        ms: &[f32],
+        vs: &[f32],
+        stride: usize,
+    ) {
+        check_accum_rows(acc.len(), dv, v.len(), pages, bs, first, n, ms, vs, stride);
+        // SAFETY: as in `scores_f16`.
+        unsafe { (self.accum_rows_f16_f32.1)(acc, dv, v, pages, bs, first, n, ms, vs, stride) }
+    }
+}
+
+fn check_rows(q_len: usize, hd: usize, out_len: usize, n: usize, what: &str) {
+    assert!(
+        hd > 0 && q_len.is_multiple_of(hd),
+        "{what}: {q_len} query elements are not rows of {hd}"
+    );
+    assert_eq!(out_len, q_len / hd * n, "{what}: output length");
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_accum_rows(
+    acc_len: usize,
+    dv: usize,
+    v_len: usize,
+    pages: &[usize],
+    bs: usize,
+    first: usize,
+    n: usize,
+    ms: &[f32],
+    vs: &[f32],
+    stride: usize,
+) {
+    assert!(
+        dv > 0 && acc_len.is_multiple_of(dv),
+        "accum_rows: {acc_len} accumulator elements are not rows of {dv}"
+    );
+    let rows = acc_len / dv;
+    if rows > 0 {
+        assert!(
+            rows == 1 || n <= stride,
+            "accum_rows: {n} keys exceed the stride {stride}"
+        );
+        let need = (rows - 1) * stride + n;
+        assert!(
+            ms.len() >= need && vs.len() >= need,
+            "accum_rows: weights of {} / {} for {rows} rows of stride {stride}, {n} keys",
+            ms.len(),
+            vs.len()
+        );
+    }
+    assert!(
+        first + n <= pages.len() * bs,
+        "accum_rows: keys {first}..{} run past {} pages of {bs}",
+        first + n,
+        pages.len()
+    );
+    check_pages(pages, dv * bs, v_len);
 }
 
 fn check_accum(

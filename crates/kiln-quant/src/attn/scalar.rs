@@ -127,3 +127,64 @@ fn accum_into_f32<V: Copy>(
         }
     }
 }
+
+/// Row after row, the one-row kernel: the definition of the many-row score kernels.
+pub(super) fn scores_rows_f16(
+    q: &[f32],
+    hd: usize,
+    k: &[f16],
+    pages: &[usize],
+    bs: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let n = pages.len() * bs;
+    for (qr, o) in q.chunks_exact(hd).zip(out.chunks_exact_mut(n)) {
+        scores_f16(qr, k, pages, bs, scale, o);
+    }
+}
+
+pub(super) fn scores_rows_f32(
+    q: &[f32],
+    hd: usize,
+    k: &[f32],
+    pages: &[usize],
+    bs: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let n = pages.len() * bs;
+    for (qr, o) in q.chunks_exact(hd).zip(out.chunks_exact_mut(n)) {
+        scores_f32(qr, k, pages, bs, scale, o);
+    }
+}
+
+/// Row after row, the one-row kernel: the definition of the many-row accumulators. Row `r`
+/// of `acc` (`dv` elements) takes key `first + i` with weights `ms[r·stride + i]`,
+/// `vs[r·stride + i]`, for `i < n`.
+macro_rules! accum_rows_scalar {
+    ($name:ident, $one:ident, $acc:ty, $val:ty) => {
+        #[allow(clippy::too_many_arguments)]
+        pub(super) fn $name(
+            acc: &mut [$acc],
+            dv: usize,
+            v: &[$val],
+            pages: &[usize],
+            bs: usize,
+            first: usize,
+            n: usize,
+            ms: &[f32],
+            vs: &[f32],
+            stride: usize,
+        ) {
+            for (r, a) in acc.chunks_exact_mut(dv).enumerate() {
+                let w = r * stride;
+                $one(a, v, pages, bs, first, &ms[w..w + n], &vs[w..w + n]);
+            }
+        }
+    };
+}
+
+accum_rows_scalar!(accum_rows_f16, accum_f16, f16, f16);
+accum_rows_scalar!(accum_rows_f32, accum_f32, f32, f32);
+accum_rows_scalar!(accum_rows_f16_f32, accum_f16_f32, f32, f16);

@@ -177,6 +177,134 @@ proptest! {
     }
 }
 
+/// The many-row kernels against the oracle: `rows` queries (or accumulators) over the same
+/// pages, each row's result the one-row oracle's bits.
+fn check_rows_case(rows: usize, hd: usize, dv: usize, bs: usize, n_pages: usize, seed: u64) {
+    let mut g = Gen(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1);
+    let q = g.vec(rows * hd);
+    let (pages, arena) = page_table(n_pages, hd * bs, seed);
+    let k32 = g.vec(arena);
+    let k16: Vec<f16> = k32.iter().map(|&x| f16::from_f32(x)).collect();
+    let (vpages, varena) = page_table(n_pages, dv * bs, seed ^ 0x5A5A);
+    let v32 = g.vec(varena);
+    let v16: Vec<f16> = v32.iter().map(|&x| f16::from_f32(x)).collect();
+    let scale = 0.09 + (seed % 5) as f32 * 0.01;
+    let n_keys = n_pages * bs;
+
+    let mut one16 = vec![0.0; rows * n_keys];
+    let mut one32 = vec![0.0; rows * n_keys];
+    for r in 0..rows {
+        let qr = &q[r * hd..(r + 1) * hd];
+        let o = r * n_keys..(r + 1) * n_keys;
+        SCALAR.scores_f16(qr, &k16, &pages, bs, scale, &mut one16[o.clone()]);
+        SCALAR.scores_f32(qr, &k32, &pages, bs, scale, &mut one32[o]);
+    }
+
+    // Keys `first..first + n` with a row stride longer than `n`; each row its own weights.
+    let first = (seed as usize) % (n_keys / 2 + 1);
+    let n = n_keys - first - (seed as usize / 5) % (n_keys - first + 1);
+    let stride = n + 3;
+    let ms: Vec<f32> = (0..rows * stride)
+        .map(|i| {
+            if i % 7 == (seed as usize) % 7 {
+                0.25 + g.next().abs() * 0.1
+            } else {
+                1.0
+            }
+        })
+        .collect();
+    let vs: Vec<f32> = (0..rows * stride)
+        .map(|_| g.next().abs().min(1.0))
+        .collect();
+    let acc0 = g.vec(rows * dv);
+    let mut want16: Vec<f16> = acc0.iter().map(|&x| f16::from_f32(x)).collect();
+    let mut want32 = acc0.clone();
+    let mut want16_32 = acc0.clone();
+    for r in 0..rows {
+        let (a, w) = (r * dv..(r + 1) * dv, r * stride..r * stride + n);
+        SCALAR.accum_f16(
+            &mut want16[a.clone()],
+            &v16,
+            &vpages,
+            bs,
+            first,
+            &ms[w.clone()],
+            &vs[w.clone()],
+        );
+        SCALAR.accum_f32(
+            &mut want32[a.clone()],
+            &v32,
+            &vpages,
+            bs,
+            first,
+            &ms[w.clone()],
+            &vs[w.clone()],
+        );
+        SCALAR.accum_f16_f32(
+            &mut want16_32[a],
+            &v16,
+            &vpages,
+            bs,
+            first,
+            &ms[w.clone()],
+            &vs[w],
+        );
+    }
+
+    let what = format!("rows {rows} hd {hd} dv {dv} bs {bs} pages {n_pages} keys {first}+{n}");
+    for k in std::iter::once(&SCALAR).chain(fast_tables()) {
+        let isa = k.isa();
+        let mut got = vec![0.0; rows * n_keys];
+        k.scores_rows_f16(&q, hd, &k16, &pages, bs, scale, &mut got);
+        assert_eq!(bits(&got), bits(&one16), "{isa} scores_rows_f16 {what}");
+        k.scores_rows_f32(&q, hd, &k32, &pages, bs, scale, &mut got);
+        assert_eq!(bits(&got), bits(&one32), "{isa} scores_rows_f32 {what}");
+        let mut a16: Vec<f16> = acc0.iter().map(|&x| f16::from_f32(x)).collect();
+        k.accum_rows_f16(&mut a16, dv, &v16, &vpages, bs, first, n, &ms, &vs, stride);
+        assert_eq!(
+            a16.iter().map(|h| h.to_bits()).collect::<Vec<_>>(),
+            want16.iter().map(|h| h.to_bits()).collect::<Vec<_>>(),
+            "{isa} accum_rows_f16 {what}"
+        );
+        let mut a32 = acc0.clone();
+        k.accum_rows_f32(&mut a32, dv, &v32, &vpages, bs, first, n, &ms, &vs, stride);
+        assert_eq!(bits(&a32), bits(&want32), "{isa} accum_rows_f32 {what}");
+        let mut a32 = acc0.clone();
+        k.accum_rows_f16_f32(&mut a32, dv, &v16, &vpages, bs, first, n, &ms, &vs, stride);
+        assert_eq!(
+            bits(&a32),
+            bits(&want16_32),
+            "{isa} accum_rows_f16_f32 {what}"
+        );
+    }
+}
+
+#[test]
+fn many_row_kernels_equal_the_one_row_oracle_row_by_row() {
+    let mut seed = 3;
+    // Rows: one, a partial block, whole blocks, whole blocks and a remainder (GQA groups of
+    // 1, 4, 7 and 8 query heads, times tokens).
+    for rows in [1, 3, 4, 7, 8, 13] {
+        for (hd, dv) in [(64, 64), (128, 128), (256, 256), (40, 24), (7, 9)] {
+            for (bs, n_pages) in [(16, 1), (16, 9), (8, 3), (5, 4)] {
+                check_rows_case(rows, hd, dv, bs, n_pages, seed);
+                seed += 1;
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn many_row_kernels_equal_the_oracle_on_random_shapes(
+        rows in 1usize..12, hd in 1usize..140, dv in 1usize..140, bs in 1usize..40,
+        n_pages in 1usize..6, seed in any::<u64>()
+    ) {
+        check_rows_case(rows, hd, dv, bs, n_pages, seed);
+    }
+}
+
 #[test]
 fn scores_are_sequential_sums_of_exact_products() {
     // A case where the order matters: 1 + 2^-24 + 2^-24 … rounds differently from a tree.
