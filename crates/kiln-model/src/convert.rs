@@ -62,6 +62,12 @@ pub fn hf_to_gguf(dir: impl AsRef<Path>) -> Result<GgufWriter, ModelError> {
     let md = &hf.metadata;
     let arch = md.str("general.architecture")?.to_string();
     let qk_permute = ArchDescriptor::by_gguf_name(&arch)?.qk_permute;
+    if md.opt_u64(&format!("{arch}.expert_count"))?.unwrap_or(0) > 0 {
+        return Err(ModelError::InvalidConfig(format!(
+            "converting a mixture-of-experts checkpoint ({arch} with experts) to GGUF is not \
+             supported; load the directory itself, or convert it with llama.cpp's converter"
+        )));
+    }
     let n_layer = md.u64(&format!("{arch}.block_count"))? as usize;
     let n_head = md.u64(&format!("{arch}.attention.head_count"))? as usize;
     let n_head_kv = md

@@ -13,6 +13,19 @@ pub enum ModelError {
         arch: String,
         supported: Vec<&'static str>,
     },
+    /// `general.architecture` (or a checkpoint's `model_type`) names a mixture-of-experts
+    /// architecture Kiln does not implement; refused before any tensor is read.
+    #[error(
+        "unsupported mixture-of-experts architecture '{arch}'; supported mixture-of-experts \
+         architectures: {}; all supported: {}", moe_supported.join(", "), supported.join(", ")
+    )]
+    UnsupportedMoeArchitecture {
+        arch: String,
+        /// The mixture-of-experts architectures Kiln implements, as the source names them.
+        moe_supported: Vec<&'static str>,
+        /// Every architecture Kiln implements, as the source names them.
+        supported: Vec<&'static str>,
+    },
     /// A tensor the architecture needs is not in the file.
     #[error("missing tensor '{name}'")]
     MissingTensor { name: String },

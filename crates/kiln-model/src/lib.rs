@@ -21,8 +21,6 @@ mod error;
 mod hf;
 mod kv;
 mod model;
-// The mixture-of-experts block is built and tested on its own; the decoder does not call it yet.
-#[cfg_attr(not(test), allow(dead_code))]
 mod moe;
 pub mod quantize;
 mod spec;
@@ -35,6 +33,6 @@ pub use error::ModelError;
 pub use kiln_kv::{KvCache, KvError, KvStats, KvType, SeqId};
 pub use kiln_quant::quantize_types;
 pub use kv::{KvOptions, MemoryPlan};
-pub use model::{BatchSeq, Logits, Model, PROMPT_ATTENTION_MIN_ROWS, Session};
+pub use model::{BatchSeq, ExpertsInfo, Logits, Model, PROMPT_ATTENTION_MIN_ROWS, Session};
 pub use trace::{TracePoint, TraceSink};
 pub use weights::{LoadOptions, SourceKind};

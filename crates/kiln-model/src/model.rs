@@ -13,9 +13,10 @@ use crate::blocks::{
     rope_table_with_factors, softcap_inplace,
 };
 use crate::kv::{KvOptions, MemoryPlan};
-use crate::spec::{LayerSpec, ModelSpec};
+use crate::moe::MoeScratch;
+use crate::spec::{DenseFfn, FfnSpec, LayerSpec, ModelSpec};
 use crate::trace::{TracePoint, TraceSink, Tracer};
-use crate::weights::{LoadOptions, SourceKind, WeightStore};
+use crate::weights::{LoadOptions, SourceKind, Weight, WeightStore};
 use crate::{ModelConfig, ModelError};
 use kiln_kv::{KvCache, SeqId};
 
@@ -153,6 +154,67 @@ impl Model {
     pub fn load_notes(&self) -> Vec<String> {
         self.store.notes()
     }
+
+    /// The mixture-of-experts shape of the model, `None` for a dense one.
+    pub fn experts(&self) -> Option<ExpertsInfo> {
+        let moe: Vec<_> = self.spec.layers.iter().filter_map(|l| l.moe()).collect();
+        let first = moe.first()?;
+        Some(ExpertsInfo {
+            moe_layers: moe.len(),
+            n_expert: first.cfg.n_expert,
+            n_expert_used: first.cfg.n_expert_used,
+            n_shared: usize::from(first.cfg.shared.is_some()),
+            n_ff_exp: first.cfg.n_ff_exp,
+        })
+    }
+
+    /// Weight bytes one decode step reads (the active parameters, in their stored types):
+    /// one embedding row, every attention and dense feed-forward matrix, the routers, the
+    /// `n_expert_used` experts a token is routed to and the shared experts, and the output
+    /// head. For a dense model this is nearly [`Model::weight_bytes`]; for a mixture of
+    /// experts it is what makes decoding fast.
+    pub fn weight_bytes_per_token(&self) -> u64 {
+        let bytes = |w: &Weight| {
+            w.ty.row_bytes(w.cols as u64)
+                .map_or(0, |rb| rb.saturating_mul(w.rows as u64))
+        };
+        let spec = &self.spec;
+        let one_row = |w: &Weight| w.ty.row_bytes(w.cols as u64).unwrap_or(0);
+        let mut total = one_row(&spec.tok_embd) + bytes(&spec.output);
+        if let Some(p) = &spec.pos_embd {
+            total += one_row(p);
+        }
+        for l in &spec.layers {
+            total += [&l.wq, &l.wk, &l.wv, &l.wo]
+                .into_iter()
+                .map(bytes)
+                .sum::<u64>();
+            total += match &l.ffn {
+                FfnSpec::Dense(f) => [f.w_gate.as_ref(), Some(&f.w_up), Some(&f.w_down)]
+                    .into_iter()
+                    .flatten()
+                    .map(bytes)
+                    .sum::<u64>(),
+                FfnSpec::Moe(m) => m.layer.bytes_read(m.cfg.n_expert_used),
+            };
+        }
+        total
+    }
+}
+
+/// A mixture-of-experts model's expert shape ([`Model::experts`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExpertsInfo {
+    /// Layers whose feed-forward is a mixture of experts.
+    pub moe_layers: usize,
+    /// Experts per layer.
+    pub n_expert: usize,
+    /// Experts each token is routed to (top-k).
+    pub n_expert_used: usize,
+    /// Shared (always-on) experts per layer.
+    pub n_shared: usize,
+    /// Inner size of one expert.
+    pub n_ff_exp: usize,
 }
 
 fn check_options(options: &LoadOptions) -> Result<(), ModelError> {
@@ -204,6 +266,8 @@ struct Scratch {
     rope: Vec<f32>,
     logits: Vec<f32>,
     mm: MatmulScratch,
+    /// The mixture-of-experts block's buffers (empty for a dense model).
+    moe: MoeScratch,
     /// The first position of each row of a pass.
     starts: Vec<usize>,
     /// Attention's per-sequence descriptors (empty between layers; see [`recycle`]).
@@ -247,6 +311,7 @@ impl Session {
             rope: vec![0.0; n_batch * cfg.n_rot],
             logits: vec![0.0; cfg.vocab_size],
             mm: MatmulScratch::default(),
+            moe: MoeScratch::default(),
             starts: Vec::with_capacity(n_batch),
             // A row contributes at most two descriptors (prompt and decode arithmetic).
             seqs: Vec::with_capacity(2 * n_batch),
@@ -709,10 +774,12 @@ impl Pass<'_> {
         add_bias_rows(&mut s.k[..n * kd], layer.bk.as_deref());
         add_bias_rows(&mut s.v[..n * vd], layer.bv.as_deref());
         if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
-            for head in s.q[..n * qd].chunks_exact_mut(cfg.head_dim) {
+            // Per head (the weight has `head_dim` values), or over each token's whole
+            // projection (`q_dim` / `k_dim` values: OLMoE).
+            for head in s.q[..n * qd].chunks_exact_mut(qn.len()) {
                 rms_norm_inplace(head, qn, cfg.norm_eps);
             }
-            for head in s.k[..n * kd].chunks_exact_mut(cfg.head_dim) {
+            for head in s.k[..n * kd].chunks_exact_mut(kn.len()) {
                 rms_norm_inplace(head, kn, cfg.norm_eps);
             }
         }
@@ -811,7 +878,30 @@ impl Pass<'_> {
         if let Some(norm) = &layer.ffn_norm {
             self.norm_rows(norm);
         }
-        self.dense_ffn(il, layer)?;
+        match &layer.ffn {
+            FfnSpec::Dense(ffn) => self.dense_ffn(il, ffn)?,
+            FfnSpec::Moe(moe) => {
+                let (cfg, n) = (self.cfg, self.batch.n);
+                let d = cfg.n_embd;
+                let s = &mut *self.s;
+                let views = moe.layer.views(self.store);
+                crate::moe::forward(
+                    &views,
+                    &moe.cfg,
+                    cfg.activation,
+                    &s.h[..n * d],
+                    n,
+                    d,
+                    &mut s.o[..n * d],
+                    &mut s.moe,
+                )?;
+                if cfg.parallel_residual {
+                    s.h[..n * d].copy_from_slice(&s.o[..n * d]);
+                }
+                self.trace
+                    .tensor(TracePoint::layer("ffn_moe_out", il), &s.o[..n * d], n);
+            }
+        }
         let (cfg, n) = (self.cfg, self.batch.n);
         let d = cfg.n_embd;
         let s = &mut *self.s;
@@ -840,7 +930,7 @@ impl Pass<'_> {
     /// A dense feed-forward network over `s.h`: `down(act(gate) · up)` when gated,
     /// `down(act(up))` when not, with biases where the model has them. The output goes to
     /// `s.h` for parallel blocks and to `s.o` otherwise.
-    fn dense_ffn(&mut self, il: usize, layer: &LayerSpec) -> Result<(), ModelError> {
+    fn dense_ffn(&mut self, il: usize, layer: &DenseFfn) -> Result<(), ModelError> {
         let (cfg, store, n) = (self.cfg, self.store, self.batch.n);
         let (d, ff) = (cfg.n_embd, cfg.n_ff);
         let tr = &mut *self.trace;

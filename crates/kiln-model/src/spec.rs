@@ -4,6 +4,8 @@
 
 use crate::ModelConfig;
 use crate::blocks::Norm;
+use crate::moe::MoeLayer;
+use crate::moe::config::MoeConfig;
 use crate::weights::Weight;
 
 /// The tensors and per-layer settings of one transformer block. Fused projections (QKV,
@@ -25,17 +27,49 @@ pub(crate) struct LayerSpec {
     pub post_attn_norm: Option<Vec<f32>>,
     /// `None` for parallel blocks, whose FFN reads the attention norm's output.
     pub ffn_norm: Option<Norm>,
+    /// The feed-forward network: dense, or a mixture of experts.
+    pub ffn: FfnSpec,
+    /// RMSNorm of the FFN output before the residual add.
+    pub post_ffn_norm: Option<Vec<f32>>,
+    /// Attend to at most this many most recent positions.
+    pub sliding_window: Option<usize>,
+    pub rope_base: f32,
+}
+
+/// A block's feed-forward network.
+// One per layer, built once and never moved on the hot path: the size difference costs
+// nothing worth a box.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum FfnSpec {
+    Dense(DenseFfn),
+    /// A router and experts ([`crate::moe`]).
+    Moe(MoeFfn),
+}
+
+/// A dense feed-forward network: `down(act(gate) · up)`, or `down(act(up))` without a gate.
+pub(crate) struct DenseFfn {
     /// `None` for a plain (ungated) FFN.
     pub w_gate: Option<Weight>,
     pub w_up: Weight,
     pub b_up: Option<Vec<f32>>,
     pub w_down: Weight,
     pub b_down: Option<Vec<f32>>,
-    /// RMSNorm of the FFN output before the residual add.
-    pub post_ffn_norm: Option<Vec<f32>>,
-    /// Attend to at most this many most recent positions.
-    pub sliding_window: Option<usize>,
-    pub rope_base: f32,
+}
+
+/// A mixture-of-experts feed-forward network: its configuration and tensors.
+pub(crate) struct MoeFfn {
+    pub cfg: MoeConfig,
+    pub layer: MoeLayer,
+}
+
+impl LayerSpec {
+    /// The layer's mixture-of-experts block, if its FFN is one.
+    pub fn moe(&self) -> Option<&MoeFfn> {
+        match &self.ffn {
+            FfnSpec::Moe(m) => Some(m),
+            FfnSpec::Dense(_) => None,
+        }
+    }
 }
 
 /// What an architecture module produces.

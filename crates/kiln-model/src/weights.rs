@@ -113,7 +113,6 @@ pub struct ExpertMatrices {
 impl ExpertMatrices {
     /// Experts stored as separate matrices (a Hugging Face checkpoint's
     /// `experts.{e}.up_proj.weight`), in expert order; all must have one shape and type.
-    #[cfg_attr(not(test), allow(dead_code))] // no loader binds per-expert tensors yet
     pub fn from_matrices(experts: Vec<Weight>) -> Result<ExpertMatrices, ModelError> {
         if let Some(first) = experts.first()
             && let Some(odd) = experts

@@ -6,7 +6,9 @@ use kiln_format::Metadata;
 
 use crate::blocks::Norm;
 use crate::config::{Activation, NormKind, RopeStyle, common_config_with};
-use crate::spec::{LayerSpec, ModelSpec};
+use crate::moe::MoeLayer;
+use crate::moe::config::MoeConfig;
+use crate::spec::{DenseFfn, FfnSpec, LayerSpec, ModelSpec, MoeFfn};
 use crate::weights::{Weight, WeightStore};
 use crate::{ModelConfig, ModelError};
 
@@ -32,13 +34,15 @@ pub(crate) enum Qkv {
 }
 
 /// How a block's feed-forward is stored.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum Ffn {
     /// `ffn_gate`, `ffn_up`, `ffn_down`; without `ffn_gate`, `ffn_up` holds gate and up
     /// stacked (`2·n_ff` rows, gate first: phi-3).
     Gated,
     /// `ffn_up`, `ffn_down` with the activation between (phi-2, GPT-2).
     Plain,
+    /// A mixture of experts of this configuration ([`MoeLayer::bind`]).
+    Moe(MoeConfig),
 }
 
 /// What a block looks like: which tensors exist beyond the llama core.
@@ -169,16 +173,29 @@ pub(crate) fn bind_layer(
     };
 
     // Feed-forward projections.
-    let (w_gate, w_up) = match opts.ffn {
-        Ffn::Plain => (None, store.matrix(&n("ffn_up.weight"), d, ff)?),
-        Ffn::Gated if store.has(&n("ffn_gate.weight")) => (
+    let dense = |w_gate, w_up| -> Result<FfnSpec, ModelError> {
+        Ok(FfnSpec::Dense(DenseFfn {
+            w_gate,
+            w_up,
+            b_up: vec_if(opts.ffn_bias, n("ffn_up.bias"), ff)?,
+            w_down: store.matrix(&n("ffn_down.weight"), ff, d)?,
+            b_down: vec_if(opts.ffn_bias, n("ffn_down.bias"), d)?,
+        }))
+    };
+    let ffn = match opts.ffn {
+        Ffn::Plain => dense(None, store.matrix(&n("ffn_up.weight"), d, ff)?)?,
+        Ffn::Gated if store.has(&n("ffn_gate.weight")) => dense(
             Some(store.matrix(&n("ffn_gate.weight"), d, ff)?),
             store.matrix(&n("ffn_up.weight"), d, ff)?,
-        ),
+        )?,
         Ffn::Gated => {
             let fused = store.matrix(&n("ffn_up.weight"), d, 2 * ff)?;
-            (Some(fused.rows(0, ff)?), fused.rows(ff, ff)?)
+            dense(Some(fused.rows(0, ff)?), fused.rows(ff, ff)?)?
         }
+        Ffn::Moe(cfg) => FfnSpec::Moe(MoeFfn {
+            cfg,
+            layer: MoeLayer::bind(store, il, &cfg, d)?,
+        }),
     };
 
     let hv = cfg.n_head * cfg.head_dim_v;
@@ -200,11 +217,7 @@ pub(crate) fn bind_layer(
         } else {
             None
         },
-        w_gate,
-        w_up,
-        b_up: vec_if(opts.ffn_bias, n("ffn_up.bias"), ff)?,
-        w_down: store.matrix(&n("ffn_down.weight"), ff, d)?,
-        b_down: vec_if(opts.ffn_bias, n("ffn_down.bias"), d)?,
+        ffn,
         post_ffn_norm: vec_if(opts.post_norms, n("post_ffw_norm.weight"), d)?,
         sliding_window: None,
         rope_base: cfg.rope_base,

@@ -145,3 +145,50 @@ fn llama3_rope_scaling_becomes_rope_freqs_and_yarn_is_passed_on_to_be_refused() 
     .unwrap();
     assert_eq!(m.metadata.f32("llama.rope.scaling.factor").unwrap(), 2.0);
 }
+
+#[test]
+fn moe_configs_become_llamacpp_expert_keys() {
+    let base = r#""hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "vocab_size": 512, "num_experts_per_tok": 2"#;
+    let m = translate(&format!(
+        r#"{{"model_type": "qwen2_moe", {base}, "num_experts": 4, "moe_intermediate_size": 16,
+            "shared_expert_intermediate_size": 24, "norm_topk_prob": false,
+            "decoder_sparse_step": 1, "mlp_only_layers": []}}"#
+    ))
+    .unwrap();
+    assert_eq!(md_u64(&m, "qwen2moe.expert_count"), 4);
+    assert_eq!(md_u64(&m, "qwen2moe.expert_used_count"), 2);
+    assert_eq!(md_u64(&m, "qwen2moe.expert_feed_forward_length"), 16);
+    assert_eq!(md_u64(&m, "qwen2moe.expert_shared_feed_forward_length"), 24);
+    assert_eq!(
+        m.metadata.opt_bool("qwen2moe.expert_weights_norm").unwrap(),
+        Some(false)
+    );
+
+    let m = translate(&format!(
+        r#"{{"model_type": "mixtral", {base}, "num_local_experts": 8}}"#
+    ))
+    .unwrap();
+    assert_eq!(m.metadata.str("general.architecture").unwrap(), "llama");
+    assert_eq!(md_u64(&m, "llama.expert_count"), 8);
+    assert_eq!(md_u64(&m, "llama.feed_forward_length"), 48);
+
+    // A dense Llama has no expert keys.
+    let m = translate(&format!(r#"{{"model_type": "llama", {base}}}"#)).unwrap();
+    assert!(m.metadata.opt_u64("llama.expert_count").unwrap().is_none());
+}
+
+#[test]
+fn dense_layers_among_moe_layers_are_refused_naming_the_field() {
+    let base = r#""model_type": "qwen3_moe", "hidden_size": 32, "intermediate_size": 48,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 512,
+        "num_experts": 8, "num_experts_per_tok": 2"#;
+    let err = translate(&format!(r#"{{{base}, "mlp_only_layers": [1]}}"#))
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("mlp_only_layers"), "{err}");
+    let err = translate(&format!(r#"{{{base}, "decoder_sparse_step": 2}}"#))
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("decoder_sparse_step: 2"), "{err}");
+}

@@ -13,10 +13,13 @@ mod gemma2;
 mod gemma3;
 mod gpt2;
 mod llama;
+mod olmoe;
 mod phi2;
 mod phi3;
 mod qwen2;
+mod qwen2moe;
 mod qwen3;
+mod qwen3moe;
 
 #[cfg(test)]
 mod hf_tests;
@@ -29,6 +32,7 @@ use kiln_format::Metadata;
 
 use crate::ModelError;
 use crate::hf::{ConfigJson, HfArch, HfModel};
+use crate::moe::config::MOE_ARCHITECTURES;
 use crate::spec::ModelSpec;
 use crate::weights::WeightStore;
 
@@ -68,6 +72,58 @@ pub static ARCHITECTURES: &[&ArchDescriptor] = &[
     &phi2::PHI2,
     &phi3::PHI3,
     &gpt2::GPT2,
+    &qwen3moe::QWEN3MOE,
+    &qwen2moe::QWEN2MOE,
+    &olmoe::OLMOE,
+];
+
+/// The Hugging Face `model_type`s of the mixture-of-experts architectures Kiln implements
+/// (their GGUF names: [`MOE_ARCHITECTURES`]).
+pub const MOE_HF_MODEL_TYPES: &[&str] = &["mixtral", "qwen3_moe", "qwen2_moe", "olmoe"];
+
+/// Mixture-of-experts architectures Kiln does not implement, by GGUF name (llama.cpp's):
+/// refused as such, with the list of those it does.
+const UNSUPPORTED_MOE_GGUF: &[&str] = &[
+    "deepseek",
+    "deepseek2",
+    "gpt-oss",
+    "qwen3next",
+    "qwen3vlmoe",
+    "glm4moe",
+    "dbrx",
+    "arctic",
+    "grok",
+    "llama4",
+    "phimoe",
+    "granitemoe",
+    "hunyuan-moe",
+    "ernie4_5-moe",
+    "bailingmoe",
+    "bailingmoe2",
+    "dots1",
+    "minimax-m2",
+    "jamba",
+];
+
+/// The same, by Hugging Face `model_type`.
+const UNSUPPORTED_MOE_HF: &[&str] = &[
+    "deepseek_v2",
+    "deepseek_v3",
+    "gpt_oss",
+    "qwen3_next",
+    "qwen3_vl_moe",
+    "glm4_moe",
+    "dbrx",
+    "arctic",
+    "llama4",
+    "phimoe",
+    "granitemoe",
+    "hunyuan_v1_moe",
+    "ernie4_5_moe",
+    "dots1",
+    "minimax",
+    "jamba",
+    "jetmoe",
 ];
 
 impl ArchDescriptor {
@@ -77,9 +133,19 @@ impl ArchDescriptor {
             .iter()
             .copied()
             .find(|a| a.gguf_name == name)
-            .ok_or_else(|| ModelError::UnsupportedArchitecture {
-                arch: name.to_string(),
-                supported: supported_architectures(),
+            .ok_or_else(|| {
+                if UNSUPPORTED_MOE_GGUF.contains(&name) {
+                    ModelError::UnsupportedMoeArchitecture {
+                        arch: name.to_string(),
+                        moe_supported: MOE_ARCHITECTURES.to_vec(),
+                        supported: supported_architectures(),
+                    }
+                } else {
+                    ModelError::UnsupportedArchitecture {
+                        arch: name.to_string(),
+                        supported: supported_architectures(),
+                    }
+                }
             })
     }
 
@@ -89,9 +155,19 @@ impl ArchDescriptor {
             .iter()
             .copied()
             .find(|a| a.hf_model_types.contains(&model_type))
-            .ok_or_else(|| ModelError::UnsupportedArchitecture {
-                arch: model_type.to_string(),
-                supported: supported_hf_model_types(),
+            .ok_or_else(|| {
+                if UNSUPPORTED_MOE_HF.contains(&model_type) {
+                    ModelError::UnsupportedMoeArchitecture {
+                        arch: model_type.to_string(),
+                        moe_supported: MOE_HF_MODEL_TYPES.to_vec(),
+                        supported: supported_hf_model_types(),
+                    }
+                } else {
+                    ModelError::UnsupportedArchitecture {
+                        arch: model_type.to_string(),
+                        supported: supported_hf_model_types(),
+                    }
+                }
             })
     }
 }

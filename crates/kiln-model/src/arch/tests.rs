@@ -2,6 +2,7 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use super::*;
+use crate::moe::config::MOE_ARCHITECTURES;
 
 fn translate(json: &str) -> Result<HfModel, ModelError> {
     translate_hf(&crate::hf::parse_config(json, Path::new("config.json"))?)
@@ -75,7 +76,7 @@ fn an_unknown_gguf_architecture_is_refused_listing_the_supported_ones() {
 
 #[test]
 fn an_unknown_hf_model_type_is_refused_listing_the_supported_ones() {
-    for name in ["mllama", "qwen2_moe", "gemma3", "phi2"] {
+    for name in ["mllama", "falcon", "gemma3", "phi2"] {
         let json = format!(r#"{{"model_type": "{name}", "hidden_size": 8}}"#);
         match translate(&json) {
             Err(ModelError::UnsupportedArchitecture { arch, supported }) => {
@@ -86,5 +87,62 @@ fn an_unknown_hf_model_type_is_refused_listing_the_supported_ones() {
             Err(e) => panic!("{name}: expected UnsupportedArchitecture, got {e}"),
             Ok(_) => panic!("{name}: translated"),
         }
+    }
+}
+
+#[test]
+fn an_unsupported_moe_architecture_is_refused_by_name_with_the_supported_moe_list() {
+    for name in ["deepseek2", "gpt-oss", "qwen3next", "dbrx"] {
+        match ArchDescriptor::by_gguf_name(name) {
+            Err(ModelError::UnsupportedMoeArchitecture {
+                arch,
+                moe_supported,
+                supported,
+            }) => {
+                assert_eq!(arch, name);
+                assert_eq!(moe_supported, MOE_ARCHITECTURES);
+                assert_eq!(supported, supported_architectures());
+                let msg = ArchDescriptor::by_gguf_name(name).unwrap_err().to_string();
+                assert!(
+                    msg.contains(&format!("mixture-of-experts architecture '{name}'"))
+                        && msg.contains("llama, olmoe, qwen2moe, qwen3moe"),
+                    "{msg}"
+                );
+            }
+            other => panic!("{name}: expected UnsupportedMoeArchitecture, got {other:?}"),
+        }
+    }
+    for name in ["deepseek_v3", "gpt_oss"] {
+        let json = format!(r#"{{"model_type": "{name}", "hidden_size": 8}}"#);
+        match translate(&json) {
+            Err(ModelError::UnsupportedMoeArchitecture {
+                arch,
+                moe_supported,
+                ..
+            }) => {
+                assert_eq!(arch, name);
+                assert_eq!(moe_supported, MOE_HF_MODEL_TYPES);
+            }
+            Err(e) => panic!("{name}: expected UnsupportedMoeArchitecture, got {e}"),
+            Ok(_) => panic!("{name}: translated"),
+        }
+    }
+}
+
+#[test]
+fn every_moe_architecture_in_the_lists_is_implemented_and_none_is_also_refused() {
+    for name in MOE_ARCHITECTURES {
+        assert!(ArchDescriptor::by_gguf_name(name).is_ok(), "{name}");
+        assert!(!UNSUPPORTED_MOE_GGUF.contains(name), "{name}");
+    }
+    for t in MOE_HF_MODEL_TYPES {
+        assert!(ArchDescriptor::by_hf_model_type(t).is_ok(), "{t}");
+        assert!(!UNSUPPORTED_MOE_HF.contains(t), "{t}");
+    }
+    for name in UNSUPPORTED_MOE_GGUF {
+        assert!(!supported_architectures().contains(name), "{name}");
+    }
+    for t in UNSUPPORTED_MOE_HF {
+        assert!(!supported_hf_model_types().contains(t), "{t}");
     }
 }

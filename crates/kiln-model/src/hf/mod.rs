@@ -78,6 +78,51 @@ pub(crate) fn no_more_keys(_: &HfConfig<'_>, _: &mut ArchKeys<'_>) -> Result<(),
     Ok(())
 }
 
+/// The mixture-of-experts keys of a checkpoint, as llama.cpp's converter writes them:
+/// `num_local_experts`/`num_experts` → `expert_count`, `num_experts_per_tok` →
+/// `expert_used_count`, `moe_intermediate_size` → `expert_feed_forward_length`,
+/// `shared_expert_intermediate_size` → `expert_shared_feed_forward_length`, and
+/// `norm_topk_prob` → `expert_weights_norm` (transformers follows it; absent, the
+/// architecture's default holds). Dense layers among the MoE ones (`mlp_only_layers`,
+/// `decoder_sparse_step` above 1) are refused. A key the config lacks is left out, for the
+/// architecture to refuse by name.
+pub(crate) fn moe_keys(c: &HfConfig<'_>, keys: &mut ArchKeys<'_>) -> Result<(), ModelError> {
+    let pairs: [(&[&str], &str); 4] = [
+        (&["num_local_experts", "num_experts"], "expert_count"),
+        (&["num_experts_per_tok"], "expert_used_count"),
+        (&["moe_intermediate_size"], "expert_feed_forward_length"),
+        (
+            &["shared_expert_intermediate_size"],
+            "expert_shared_feed_forward_length",
+        ),
+    ];
+    for (hf, key) in pairs {
+        if let Some(v) = c.opt_usize(hf)? {
+            keys.set(key, v as u64);
+        }
+    }
+    if let Some(norm) = c.opt_bool("norm_topk_prob")? {
+        keys.set("expert_weights_norm", norm);
+    }
+    if let Some(step) = c.opt_usize(&["decoder_sparse_step"])?
+        && step > 1
+    {
+        return Err(c.err(
+            "decoder_sparse_step",
+            format!("{step}: dense layers between mixture-of-experts layers are not supported"),
+        ));
+    }
+    if let Some((k, v)) = c.get(&["mlp_only_layers"])
+        && v.as_array().is_none_or(|a| !a.is_empty())
+    {
+        return Err(c.err(
+            k,
+            "dense layers among mixture-of-experts layers are not supported",
+        ));
+    }
+    Ok(())
+}
+
 /// Writes `{arch}.{key}` metadata values.
 pub(crate) struct ArchKeys<'m> {
     md: &'m mut Metadata,

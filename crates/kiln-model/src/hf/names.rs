@@ -115,6 +115,54 @@ fn llama_like(gguf: &str, tied: bool, gemma: bool, fused_gate_up: bool) -> Optio
     Some(one(format!("{p}{hf}"), t))
 }
 
+/// The llama names plus a mixture-of-experts block (Mixtral, OLMoE, Qwen2-MoE, Qwen3-MoE):
+/// the router `ffn_gate_inp`, expert `E`'s projections `ffn_{gate,up,down}.E` (the
+/// per-expert names of [`crate::moe::expert_name`]) and Qwen2-MoE's shared expert. Mixtral
+/// checkpoints name the block `block_sparse_moe` and the projections `w1`/`w3`/`w2`; the
+/// others `mlp` and `{gate,up,down}_proj`.
+pub(crate) fn moe(gguf: &str, tied: bool) -> Option<HfTensor> {
+    let Some((il, rest)) = split_layer(gguf) else {
+        return llama(gguf, tied);
+    };
+    let p = format!("model.layers.{il}.");
+    let both = |mlp: String, mixtral: String| HfTensor {
+        candidates: vec![
+            format!("{p}mlp.{mlp}"),
+            format!("{p}block_sparse_moe.{mixtral}"),
+        ],
+        transform: Transform::None,
+    };
+    let mlp = |hf: &str| Some(one(format!("{p}mlp.{hf}"), Transform::None));
+    match rest {
+        "ffn_gate_inp.weight" => return Some(both("gate.weight".into(), "gate.weight".into())),
+        "ffn_gate_shexp.weight" => return mlp("shared_expert.gate_proj.weight"),
+        "ffn_up_shexp.weight" => return mlp("shared_expert.up_proj.weight"),
+        "ffn_down_shexp.weight" => return mlp("shared_expert.down_proj.weight"),
+        "ffn_gate_inp_shexp.weight" => return mlp("shared_expert_gate.weight"),
+        _ => {}
+    }
+    let expert = rest
+        .strip_prefix("ffn_")
+        .and_then(|r| r.strip_suffix(".weight"))
+        .and_then(|r| r.split_once('.'))
+        .and_then(|(proj, e)| Some((proj, e.parse::<usize>().ok()?)));
+    match expert {
+        Some((proj, e)) => {
+            let w = match proj {
+                "gate" => "w1",
+                "up" => "w3",
+                "down" => "w2",
+                _ => return None,
+            };
+            Some(both(
+                format!("experts.{e}.{proj}_proj.weight"),
+                format!("experts.{e}.{w}.weight"),
+            ))
+        }
+        None => llama(gguf, tied),
+    }
+}
+
 /// `blk.N.rest` → `(N, rest)`.
 pub(crate) fn split_layer(name: &str) -> Option<(usize, &str)> {
     let rest = name.strip_prefix("blk.")?;
@@ -150,6 +198,48 @@ mod tests {
             first(llama, false, "output.weight").unwrap().0,
             "lm_head.weight"
         );
+    }
+
+    #[test]
+    fn moe_names_map_routers_experts_and_the_shared_expert() {
+        let all = |gguf: &str| moe(gguf, false).unwrap().candidates;
+        assert_eq!(
+            all("blk.1.ffn_up.3.weight"),
+            [
+                "model.layers.1.mlp.experts.3.up_proj.weight",
+                "model.layers.1.block_sparse_moe.experts.3.w3.weight"
+            ]
+        );
+        assert_eq!(
+            all("blk.0.ffn_gate.0.weight")[1],
+            "model.layers.0.block_sparse_moe.experts.0.w1.weight"
+        );
+        assert_eq!(
+            all("blk.0.ffn_down.7.weight")[1],
+            "model.layers.0.block_sparse_moe.experts.7.w2.weight"
+        );
+        assert_eq!(
+            all("blk.2.ffn_gate_inp.weight"),
+            [
+                "model.layers.2.mlp.gate.weight",
+                "model.layers.2.block_sparse_moe.gate.weight"
+            ]
+        );
+        assert_eq!(
+            all("blk.0.ffn_gate_inp_shexp.weight"),
+            ["model.layers.0.mlp.shared_expert_gate.weight"]
+        );
+        assert_eq!(
+            all("blk.0.ffn_down_shexp.weight"),
+            ["model.layers.0.mlp.shared_expert.down_proj.weight"]
+        );
+        assert_eq!(
+            all("blk.0.attn_q.weight"),
+            ["model.layers.0.self_attn.q_proj.weight"]
+        );
+        assert_eq!(all("output.weight"), ["lm_head.weight"]);
+        assert_eq!(moe("blk.0.ffn_side.1.weight", false), None);
+        assert_eq!(moe("blk.0.ffn_up_exps.weight", false), None);
     }
 
     #[test]

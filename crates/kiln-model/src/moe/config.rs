@@ -130,6 +130,7 @@ impl MoeDefaults {
     };
 
     /// The defaults of an architecture in [`MOE_ARCHITECTURES`].
+    #[cfg(test)]
     pub fn for_arch(arch: &str) -> Option<MoeDefaults> {
         [Self::LLAMA, Self::OLMOE, Self::QWEN2MOE, Self::QWEN3MOE]
             .into_iter()
@@ -198,6 +199,18 @@ impl From<MoeConfigError> for ModelError {
 }
 
 impl MoeConfig {
+    /// [`MoeConfig::from_metadata`] for an architecture that is always mixture-of-experts.
+    pub fn required(
+        md: &Metadata,
+        defaults: &MoeDefaults,
+        n_ff: usize,
+    ) -> Result<MoeConfig, MoeConfigError> {
+        MoeConfig::from_metadata(md, defaults, n_ff)?.ok_or_else(|| MoeConfigError::MissingKey {
+            key: format!("{}.expert_count", defaults.arch),
+            arch: defaults.arch,
+        })
+    }
+
     /// Reads the configuration of architecture `defaults.arch` from `md`; `n_ff` is the
     /// model's `feed_forward_length`. `Ok(None)` for a dense file of an architecture that
     /// may be either (`llama` without `expert_count`, or with 0).

@@ -32,7 +32,7 @@ use kiln_quant::{MatmulScratch, QMatrix, matmul_prepared};
 use crate::ModelError;
 use crate::blocks::act::{activation_inplace, gated_activation, silu};
 use crate::config::Activation;
-use crate::weights::{ExpertMatrices, Weight, WeightStore};
+use crate::weights::{ExpertMatrices, SourceKind, Weight, WeightStore};
 
 use config::MoeConfig;
 
@@ -93,16 +93,16 @@ impl MoeLayer {
                 },
             }),
         };
-        let gate_name = name("ffn_gate_exps");
+        let gate = if store.has(&name("ffn_gate_exps")) || store.has(&expert_name(il, "gate", 0)) {
+            Some(experts(store, il, "gate", n_embd, f, e)?)
+        } else {
+            None
+        };
         Ok(MoeLayer {
             router: store.matrix(&name("ffn_gate_inp"), n_embd, e)?,
-            gate: if store.has(&gate_name) {
-                Some(store.experts(&gate_name, n_embd, f, e)?)
-            } else {
-                None
-            },
-            up: store.experts(&name("ffn_up_exps"), n_embd, f, e)?,
-            down: store.experts(&name("ffn_down_exps"), f, n_embd, e)?,
+            gate,
+            up: experts(store, il, "up", n_embd, f, e)?,
+            down: experts(store, il, "down", f, n_embd, e)?,
             shared,
         })
     }
@@ -139,6 +139,37 @@ impl MoeLayer {
     pub fn views<'a>(&'a self, store: &'a WeightStore) -> BoundMoe<'a> {
         BoundMoe { store, layer: self }
     }
+}
+
+/// The name of expert `e`'s `proj` matrix of layer `il` when experts are stored one matrix
+/// each: `blk.{il}.ffn_{proj}.{e}.weight` (older llama.cpp Mixtral files; the name a
+/// Hugging Face checkpoint's `experts.{e}.{proj}_proj.weight` is bound by).
+pub(crate) fn expert_name(il: usize, proj: &str, e: usize) -> String {
+    format!("blk.{il}.ffn_{proj}.{e}.weight")
+}
+
+/// Layer `il`'s `proj` experts (`n_expert` matrices of `rows` rows of `cols`): views of the
+/// 3-D `blk.{il}.ffn_{proj}_exps.weight` when the source has it, else the per-expert
+/// matrices of [`expert_name`]. Either way nothing is copied.
+fn experts(
+    store: &WeightStore,
+    il: usize,
+    proj: &str,
+    cols: usize,
+    rows: usize,
+    n_expert: usize,
+) -> Result<ExpertMatrices, ModelError> {
+    let stacked = format!("blk.{il}.ffn_{proj}_exps.weight");
+    // A GGUF file with neither layout is refused naming the 3-D tensor, the usual one.
+    if store.has(&stacked)
+        || (store.kind() == SourceKind::Gguf && !store.has(&expert_name(il, proj, 0)))
+    {
+        return store.experts(&stacked, cols, rows, n_expert);
+    }
+    let each = (0..n_expert)
+        .map(|e| store.matrix(&expert_name(il, proj, e), cols, rows))
+        .collect::<Result<Vec<_>, _>>()?;
+    ExpertMatrices::from_matrices(each)
 }
 
 /// Where [`forward`] gets its matrices: resolved on use, so a step touches exactly the
@@ -239,11 +270,13 @@ pub(crate) struct MoeScratch {
 
 impl MoeScratch {
     /// The experts the last [`forward`] ran, ascending (each read once).
+    #[cfg(test)]
     pub fn experts_run(&self) -> &[u32] {
         &self.run
     }
 
     /// The experts and weights the last [`forward`] gave token `t`, best first.
+    #[cfg(test)]
     pub fn routing(&self, t: usize, k: usize) -> (&[u32], &[f32]) {
         (
             &self.sel[t * k..(t + 1) * k],
