@@ -12,11 +12,14 @@ mod bind;
 mod gemma2;
 mod gemma3;
 mod gpt2;
+mod granite;
 mod llama;
+mod olmo2;
 mod phi2;
 mod phi3;
 mod qwen2;
 mod qwen3;
+mod smollm3;
 
 #[cfg(test)]
 mod hf_tests;
@@ -68,6 +71,9 @@ pub static ARCHITECTURES: &[&ArchDescriptor] = &[
     &phi2::PHI2,
     &phi3::PHI3,
     &gpt2::GPT2,
+    &smollm3::SMOLLM3,
+    &olmo2::OLMO2,
+    &granite::GRANITE,
 ];
 
 impl ArchDescriptor {
