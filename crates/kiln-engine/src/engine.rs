@@ -7,6 +7,7 @@ use std::time::Instant;
 use kiln_model::{Model, Session};
 use kiln_tokenizer::Tokenizer;
 
+use crate::channel::{Receiver, TryRecvError, channel};
 use crate::shared::{Inbox, Shared, Submission, lock};
 use crate::{EngineConfig, EngineError, EngineMetrics, Event, Request};
 
@@ -108,7 +109,9 @@ impl Engine {
         if request.stop.iter().any(String::is_empty) {
             return Err(EngineError::InvalidRequest("a stop string is empty".into()));
         }
-        let (tx, rx) = flume::unbounded();
+        // Room for every event of the request (its tokens and the last one), up to the
+        // channel's reservation limit.
+        let (tx, rx) = channel(request.max_tokens + 1);
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
         {
             let mut inbox = lock(&shared.inbox);
@@ -173,7 +176,7 @@ fn kiln_model_pool(threads: usize) -> Result<rayon::ThreadPool, EngineError> {
 /// blocks are freed at once).
 pub struct RequestHandle {
     id: u64,
-    rx: flume::Receiver<Event>,
+    rx: Receiver<Event>,
     shared: Arc<Shared>,
     /// The last event was received.
     ended: AtomicBool,
@@ -197,7 +200,7 @@ impl RequestHandle {
 
     /// The next event, blocking; `None` after the last one.
     pub fn recv(&self) -> Option<Event> {
-        self.seen(self.rx.recv().ok())
+        self.seen(self.rx.recv())
     }
 
     /// The next event if one is ready, without blocking (nor allocating); `None` when
@@ -205,14 +208,14 @@ impl RequestHandle {
     pub fn try_recv(&self) -> Option<Event> {
         match self.rx.try_recv() {
             Ok(ev) => self.seen(Some(ev)),
-            Err(flume::TryRecvError::Empty) => None,
-            Err(flume::TryRecvError::Disconnected) => self.seen(None),
+            Err(TryRecvError::Empty) => None,
+            Err(TryRecvError::Disconnected) => self.seen(None),
         }
     }
 
     /// The next event, for async code; `None` after the last one.
     pub async fn recv_async(&self) -> Option<Event> {
-        self.seen(self.rx.recv_async().await.ok())
+        self.seen(self.rx.recv_async().await)
     }
 
     /// Cancels the request: it ends with [`crate::FinishReason::Cancelled`] and its KV

@@ -14,6 +14,7 @@
 //!
 //! **Must never:** parse HTTP or command-line arguments, or know wire formats.
 
+mod channel;
 mod config;
 mod cost;
 mod engine;
@@ -23,6 +24,7 @@ mod request;
 mod scheduler;
 mod sequence;
 mod shared;
+mod text;
 mod vocab;
 
 pub use config::{EngineConfig, MIN_PREFILL_CHUNK};
@@ -33,4 +35,5 @@ pub use error::EngineError;
 pub use kiln_sample::{Grammar, SamplerConfig, TokenLogprob};
 pub use metrics::{EngineMetrics, Histogram};
 pub use request::{Event, FinishReason, Request, RequestTimings, Usage};
+pub use text::TokenText;
 pub use vocab::sampler_vocab;

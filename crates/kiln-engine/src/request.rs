@@ -5,6 +5,7 @@ use std::sync::Arc;
 use kiln_sample::{Grammar, SamplerConfig, TokenLogprob};
 
 use crate::EngineError;
+use crate::text::TokenText;
 
 /// One completion request, already tokenized.
 #[derive(Clone, Debug)]
@@ -44,10 +45,11 @@ impl Request {
 #[derive(Debug)]
 pub enum Event {
     /// One generated token. `text` is the newly releasable text (complete UTF-8, stop
-    /// strings held back until decided; may be empty).
+    /// strings held back until decided; may be empty), lent from the request's own strings
+    /// and given back when dropped ([`TokenText`]).
     Token {
         id: u32,
-        text: String,
+        text: TokenText,
         logprob: Option<TokenLogprob>,
         top: Vec<TokenLogprob>,
     },

@@ -46,6 +46,8 @@ struct Sched<'t> {
     session: Session,
     tok: &'t Tokenizer,
     vocab: Arc<Vocab>,
+    /// The longest token text in bytes: what a sequence's text buffers reserve.
+    longest_piece: usize,
     /// Admitted sequences, oldest first.
     running: Vec<Seq<'t>>,
     /// Not admitted (new, or preempted: those go to the front).
@@ -64,8 +66,7 @@ struct Sched<'t> {
 }
 
 /// The working lists of a step, empty between steps and kept for their allocations: after
-/// the first steps, a step allocates nothing but the text of its token events (checked
-/// by the `zero_alloc` test).
+/// the first steps, a step allocates nothing (checked by the `zero_alloc` test).
 #[derive(Default)]
 struct StepBuffers {
     /// Ids of the decoding sequences.
@@ -114,11 +115,17 @@ pub(crate) fn initial_metrics(session: &Session) -> EngineMetrics {
 /// The body of the scheduler thread.
 pub(crate) fn run(shared: &Shared, session: Session, tok: &Tokenizer) {
     let m = initial_metrics(&session);
+    let vocab = crate::vocab::sampler_vocab(tok);
+    let longest_piece = (0..vocab.len() as u32)
+        .map(|id| vocab.token_bytes(id).len())
+        .max()
+        .unwrap_or(0);
     let mut s = Sched {
         shared,
         session,
         tok,
-        vocab: crate::vocab::sampler_vocab(tok),
+        vocab,
+        longest_piece,
         running: Vec::new(),
         waiting: VecDeque::new(),
         m,
@@ -247,6 +254,7 @@ impl<'t> Sched<'t> {
             sub.submitted,
             self.tok,
             &self.vocab,
+            self.longest_piece,
         ) {
             Ok(q) => self.waiting.push_back(q),
             Err((tx, e)) => {

@@ -8,6 +8,8 @@ use kiln_model::SeqId;
 use kiln_sample::{Matcher, Sampler, StopStrings, TokenLogprob, Vocab, top_logprobs};
 use kiln_tokenizer::{StreamDecoder, Tokenizer};
 
+use crate::channel::Sender;
+use crate::text::TextPool;
 use crate::{EngineError, Event, FinishReason, Request, RequestTimings, Usage};
 
 /// What a request's latest token did.
@@ -23,7 +25,7 @@ pub(crate) enum Outcome {
 /// A request the scheduler holds, waiting or running.
 pub(crate) struct Seq<'t> {
     pub id: u64,
-    tx: flume::Sender<Event>,
+    tx: Sender<Event>,
     max_tokens: usize,
     logprobs: Option<usize>,
     ignore_eos: bool,
@@ -44,8 +46,11 @@ pub(crate) struct Seq<'t> {
     alts: Vec<TokenLogprob>,
     /// The text the last token completed (kept for its allocation).
     piece: String,
-    /// The text the last token emits (kept for its allocation; each event gets a copy).
+    /// The text the last token emits (kept for its allocation; each event gets a copy in a
+    /// string lent from `texts`).
     emit: String,
+    /// The strings the events' texts are lent in.
+    texts: Arc<TextPool>,
     pub submitted: Instant,
     pub admitted: Option<Instant>,
     /// While in prefill: when it was (re)admitted or last got a chunk (its prefill
@@ -59,15 +64,18 @@ pub(crate) struct Seq<'t> {
 
 impl<'t> Seq<'t> {
     /// Prepares a submitted request (compiles nothing: the grammar is already compiled).
+    /// Its text buffers reserve room for pieces of `longest_piece` bytes (the vocabulary's
+    /// longest token), so no token's text grows them.
     pub fn new(
         id: u64,
         request: Request,
-        tx: flume::Sender<Event>,
+        tx: Sender<Event>,
         submitted: Instant,
         tok: &'t Tokenizer,
         vocab: &Arc<Vocab>,
-    ) -> Result<Seq<'t>, (flume::Sender<Event>, EngineError)> {
-        let stop = match StopStrings::new(request.stop.iter().cloned()) {
+        longest_piece: usize,
+    ) -> Result<Seq<'t>, (Sender<Event>, EngineError)> {
+        let mut stop = match StopStrings::new(request.stop.iter().cloned()) {
             Ok(s) => s,
             Err(e) => return Err((tx, EngineError::InvalidRequest(e.to_string()))),
         };
@@ -81,6 +89,14 @@ impl<'t> Seq<'t> {
         for &t in &request.prompt {
             sampler.accept(t);
         }
+        // A piece is at most the longest token plus an incomplete character's bytes (< 4);
+        // held-back text is at most the longest stop string and one piece; one token's
+        // text is at most what was held back, its piece and the decoder's tail.
+        let piece_bytes = longest_piece + 4;
+        let text_bytes = stop.longest() + 2 * piece_bytes;
+        stop.reserve(stop.longest() + piece_bytes);
+        let mut decoder = StreamDecoder::continuing(tok);
+        decoder.reserve(piece_bytes);
         let n_prompt = request.prompt.len();
         let mut tokens = request.prompt;
         tokens.reserve(request.max_tokens);
@@ -98,11 +114,12 @@ impl<'t> Seq<'t> {
             cached: 0,
             sampler,
             stop,
-            decoder: StreamDecoder::continuing(tok),
+            decoder,
             tok,
             alts: Vec::with_capacity(request.logprobs.unwrap_or(0)),
-            piece: String::new(),
-            emit: String::new(),
+            piece: String::with_capacity(piece_bytes),
+            emit: String::with_capacity(text_bytes),
+            texts: TextPool::new(text_bytes),
             submitted,
             admitted: None,
             prefill_progress: None,
@@ -172,8 +189,8 @@ impl<'t> Seq<'t> {
             }
             self.stop.finish(&mut self.emit);
         }
-        // The event's text is the one allocation of a token (none when it is empty).
-        let text = self.emit.as_str().to_owned();
+        // A string the receiver gave back (a new one only while it holds many).
+        let text = self.texts.lend(&self.emit);
         let event = Event::Token {
             id,
             text,
@@ -189,7 +206,7 @@ impl<'t> Seq<'t> {
         })
     }
 
-    /// Whether the last token's event carried text (its one allocation).
+    /// Whether the last token's event carried text.
     pub fn emitted_text(&self) -> bool {
         !self.emit.is_empty()
     }

@@ -8,13 +8,14 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use crate::channel::Sender;
 use crate::{EngineConfig, EngineMetrics, Event, Request};
 
 /// A request on its way to the scheduler.
 pub(crate) struct Submission {
     pub id: u64,
     pub request: Request,
-    pub tx: flume::Sender<Event>,
+    pub tx: Sender<Event>,
     pub submitted: Instant,
 }
 

@@ -736,6 +736,12 @@ impl Pass<'_> {
         Ok(())
     }
 
+    /// Copies every token of `s.x` into `s.h`: the input of a block without a pre-norm.
+    fn copy_rows(&mut self) {
+        let n = self.batch.n * self.cfg.n_embd;
+        self.s.h[..n].copy_from_slice(&self.s.x[..n]);
+    }
+
     /// Normalises every token of `s.x` into `s.h`.
     fn norm_rows(&mut self, norm: &Norm) {
         let (cfg, s, d) = (self.cfg, &mut *self.s, self.cfg.n_embd);
@@ -754,7 +760,10 @@ impl Pass<'_> {
     /// own block table, all in one parallel pass), the output projection (post-norm), and,
     /// for sequential blocks, the residual add.
     fn attention_block(&mut self, il: usize, layer: &LayerSpec) -> Result<(), ModelError> {
-        self.norm_rows(&layer.attn_norm);
+        match &layer.attn_norm {
+            Some(norm) => self.norm_rows(norm),
+            None => self.copy_rows(),
+        }
         let (cfg, store, n) = (self.cfg, self.store, self.batch.n);
         let d = cfg.n_embd;
         let (qd, kd, vd, hv) = (
@@ -773,20 +782,19 @@ impl Pass<'_> {
         add_bias_rows(&mut s.q[..n * qd], layer.bq.as_deref());
         add_bias_rows(&mut s.k[..n * kd], layer.bk.as_deref());
         add_bias_rows(&mut s.v[..n * vd], layer.bv.as_deref());
+        // Per head or over the whole projection: the weight's length says which.
         if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
-            // Per head (the weight has `head_dim` values), or over each token's whole
-            // projection (`q_dim` / `k_dim` values: OLMoE).
-            for head in s.q[..n * qd].chunks_exact_mut(qn.len()) {
-                rms_norm_inplace(head, qn, cfg.norm_eps);
+            for part in s.q[..n * qd].chunks_exact_mut(qn.len()) {
+                rms_norm_inplace(part, qn, cfg.norm_eps);
             }
-            for head in s.k[..n * kd].chunks_exact_mut(kn.len()) {
-                rms_norm_inplace(head, kn, cfg.norm_eps);
+            for part in s.k[..n * kd].chunks_exact_mut(kn.len()) {
+                rms_norm_inplace(part, kn, cfg.norm_eps);
             }
         }
         tr.tensor(TracePoint::layer("Qcur_normed", il), &s.q[..n * qd], n);
         tr.tensor(TracePoint::layer("Kcur_normed", il), &s.k[..n * kd], n);
         tr.tensor(TracePoint::layer("Vcur", il), &s.v[..n * vd], n);
-        if cfg.n_rot > 0 {
+        if cfg.n_rot > 0 && layer.rope {
             if layer.rope_base != self.rope_base_of_table {
                 for (t, pos) in self.batch.positions().enumerate() {
                     rope_table_with_factors(
@@ -864,6 +872,7 @@ impl Pass<'_> {
         }
         tr.tensor(TracePoint::layer("attn_post_norm", il), &s.o[..n * d], n);
         if !cfg.parallel_residual {
+            scale_rows(&mut s.o[..n * d], self.spec.residual_scale);
             add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
             tr.tensor(TracePoint::layer("sa_out", il), &s.x[..n * d], n);
         }
@@ -875,8 +884,10 @@ impl Pass<'_> {
     /// itself, post-norm, and the residual add (for parallel blocks, attention's and the
     /// feed-forward's outputs together).
     fn ffn_block(&mut self, il: usize, layer: &LayerSpec) -> Result<(), ModelError> {
-        if let Some(norm) = &layer.ffn_norm {
-            self.norm_rows(norm);
+        match &layer.ffn_norm {
+            Some(norm) => self.norm_rows(norm),
+            None if !self.cfg.parallel_residual => self.copy_rows(),
+            None => {}
         }
         match &layer.ffn {
             FfnSpec::Dense(ffn) => self.dense_ffn(il, ffn)?,
@@ -920,6 +931,8 @@ impl Pass<'_> {
         if cfg.parallel_residual {
             // (attention + ffn) + residual, in llama.cpp's order.
             add_inplace(&mut s.o[..n * d], &s.h[..n * d]);
+        } else {
+            scale_rows(&mut s.o[..n * d], self.spec.residual_scale);
         }
         add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
         self.trace
@@ -1013,6 +1026,9 @@ impl Pass<'_> {
         };
         let logits = &mut self.s.logits[produced];
         add_bias_rows(logits, spec.output_bias.as_deref());
+        if let Some(div) = spec.logit_scale {
+            logits.iter_mut().for_each(|l| *l /= div);
+        }
         if let Some(cap) = cfg.final_logit_softcap {
             softcap_inplace(logits, cap);
         }
@@ -1029,6 +1045,13 @@ fn recycle<'b>(mut v: Vec<SeqAttn<'_>>) -> Vec<SeqAttn<'b>> {
     v.into_iter()
         .map(|_| unreachable!("the vector is empty"))
         .collect()
+}
+
+/// Multiplies `x` by `scale`, if there is one.
+fn scale_rows(x: &mut [f32], scale: Option<f32>) {
+    if let Some(m) = scale {
+        x.iter_mut().for_each(|v| *v *= m);
+    }
 }
 
 /// Adds `bias` to every row of `x` (rows of `bias.len()`), if there is a bias.

@@ -11,21 +11,26 @@ use crate::weights::Weight;
 /// The tensors and per-layer settings of one transformer block. Fused projections (QKV,
 /// gate+up) are bound as row ranges of one tensor, so the graph only sees the parts.
 pub(crate) struct LayerSpec {
-    pub attn_norm: Norm,
+    /// `None`: attention reads the residual stream itself (OLMo 2, which norms outputs
+    /// only).
+    pub attn_norm: Option<Norm>,
     pub wq: Weight,
     pub wk: Weight,
     pub wv: Weight,
     pub bq: Option<Vec<f32>>,
     pub bk: Option<Vec<f32>>,
     pub bv: Option<Vec<f32>>,
-    /// Per-head RMSNorm of queries and keys before RoPE.
+    /// RMSNorm of queries and keys before RoPE: per head when the weight has `head_dim`
+    /// values (qwen3, gemma3), over the whole projection when it has the projection's
+    /// length (OLMo 2).
     pub q_norm: Option<Vec<f32>>,
     pub k_norm: Option<Vec<f32>>,
     pub wo: Weight,
     pub bo: Option<Vec<f32>>,
     /// RMSNorm of the attention output before the residual add.
     pub post_attn_norm: Option<Vec<f32>>,
-    /// `None` for parallel blocks, whose FFN reads the attention norm's output.
+    /// `None` for parallel blocks, whose FFN reads the attention norm's output, and for
+    /// sequential blocks without a pre-norm, whose FFN reads the residual stream (OLMo 2).
     pub ffn_norm: Option<Norm>,
     /// The feed-forward network: dense, or a mixture of experts.
     pub ffn: FfnSpec,
@@ -34,6 +39,8 @@ pub(crate) struct LayerSpec {
     /// Attend to at most this many most recent positions.
     pub sliding_window: Option<usize>,
     pub rope_base: f32,
+    /// Whether the layer rotates Q and K (SmolLM3 leaves every fourth layer unrotated).
+    pub rope: bool,
 }
 
 /// A block's feed-forward network.
@@ -86,4 +93,9 @@ pub(crate) struct ModelSpec {
     pub embed_scale: Option<f32>,
     /// Per-dimension RoPE frequency divisors (Llama 3 scaling), `n_rot / 2` values.
     pub rope_freqs: Option<Vec<f32>>,
+    /// Multiplier of each block's attention and feed-forward outputs before they join the
+    /// residual stream (Granite).
+    pub residual_scale: Option<f32>,
+    /// Divisor of the output logits (Granite's `logits_scaling`).
+    pub logit_scale: Option<f32>,
 }

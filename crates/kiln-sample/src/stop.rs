@@ -70,6 +70,17 @@ impl StopStrings {
         self.stops.is_empty()
     }
 
+    /// The longest stop string's length in bytes (0 without stop strings).
+    pub fn longest(&self) -> usize {
+        self.longest
+    }
+
+    /// Reserves room for `bytes` more bytes of held-back text, so that pieces up to that
+    /// long never grow the buffer.
+    pub fn reserve(&mut self, bytes: usize) {
+        self.held.reserve(bytes);
+    }
+
     /// The text held back so far.
     pub fn held(&self) -> &str {
         &self.held

@@ -237,7 +237,7 @@ impl SseState {
                 let chunk = match self.ctx.kind {
                     Kind::Completion => self.ctx.completion_chunk(
                         index,
-                        text,
+                        text.to_string(),
                         self.ctx.logprobs.then_some(out.completion),
                         None,
                         None,
@@ -246,7 +246,7 @@ impl SseState {
                         index,
                         Delta {
                             role: None,
-                            content: Some(text),
+                            content: Some(text.to_string()),
                         },
                         self.ctx.logprobs.then_some(out.chat),
                         None,

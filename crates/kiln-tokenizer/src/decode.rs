@@ -220,6 +220,12 @@ impl<'t> StreamDecoder<'t> {
         }
     }
 
+    /// Reserves room for `bytes` bytes of an incomplete character's pending pieces, so
+    /// that pieces up to that long never grow the decoder's buffer.
+    pub fn reserve(&mut self, bytes: usize) {
+        self.pending.reserve(bytes);
+    }
+
     /// Adds one id; returns the text it completes (possibly empty).
     pub fn push(&mut self, id: u32) -> String {
         let mut out = String::new();

@@ -54,6 +54,8 @@ pub(crate) struct BlockTensors {
     pub out_bias: Want,
     /// Per-head RMSNorm of Q and K (qwen3, gemma3).
     pub qk_norm: bool,
+    /// Whether attention has a pre-norm (false: it reads the residual stream, OLMo 2).
+    pub attn_norm: bool,
     /// RMSNorm after attention and after the FFN (gemma).
     pub post_norms: bool,
     /// LayerNorm biases (phi-2, GPT-2).
@@ -62,7 +64,7 @@ pub(crate) struct BlockTensors {
     /// Biases of the FFN projections (phi-2, GPT-2).
     pub ffn_bias: bool,
     /// Whether the FFN has its own pre-norm (false: parallel blocks reuse the attention
-    /// norm, phi-2).
+    /// norm, phi-2; sequential ones read the residual stream, OLMo 2).
     pub ffn_norm: bool,
 }
 
@@ -73,6 +75,7 @@ impl BlockTensors {
         qkv_bias: Want::IfPresent,
         out_bias: Want::IfPresent,
         qk_norm: false,
+        attn_norm: true,
         post_norms: false,
         norm_bias: false,
         ffn: Ffn::Gated,
@@ -87,6 +90,7 @@ impl BlockTensors {
         qkv_bias: Want::Yes,
         out_bias: Want::Yes,
         qk_norm: false,
+        attn_norm: true,
         post_norms: false,
         norm_bias: true,
         ffn: Ffn::Plain,
@@ -200,7 +204,11 @@ pub(crate) fn bind_layer(
 
     let hv = cfg.n_head * cfg.head_dim_v;
     Ok(LayerSpec {
-        attn_norm: norm(store, &n("attn_norm"), d, opts.norm_bias)?,
+        attn_norm: if opts.attn_norm {
+            Some(norm(store, &n("attn_norm"), d, opts.norm_bias)?)
+        } else {
+            None
+        },
         wq,
         wk,
         wv,
@@ -221,6 +229,7 @@ pub(crate) fn bind_layer(
         post_ffn_norm: vec_if(opts.post_norms, n("post_ffw_norm.weight"), d)?,
         sliding_window: None,
         rope_base: cfg.rope_base,
+        rope: true,
     })
 }
 
@@ -293,8 +302,8 @@ pub(crate) fn plain_gelu_config(
     common_config_with(md, arch, rope_style, Activation::GeluTanh, NormKind::Layer)
 }
 
-/// A model spec with the defaults most architectures share (no embedding scale, no
-/// learned positions, no RoPE factors).
+/// A model spec with the defaults most architectures share (no embedding, residual or
+/// logit scale, no learned positions, no RoPE factors).
 pub(crate) fn spec(cfg: ModelConfig, head: Head, layers: Vec<LayerSpec>) -> ModelSpec {
     ModelSpec {
         cfg,
@@ -306,6 +315,8 @@ pub(crate) fn spec(cfg: ModelConfig, head: Head, layers: Vec<LayerSpec>) -> Mode
         layers,
         embed_scale: None,
         rope_freqs: None,
+        residual_scale: None,
+        logit_scale: None,
     }
 }
 

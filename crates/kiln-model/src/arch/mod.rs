@@ -12,7 +12,9 @@ mod bind;
 mod gemma2;
 mod gemma3;
 mod gpt2;
+mod granite;
 mod llama;
+mod olmo2;
 mod olmoe;
 mod phi2;
 mod phi3;
@@ -20,6 +22,7 @@ mod qwen2;
 mod qwen2moe;
 mod qwen3;
 mod qwen3moe;
+mod smollm3;
 
 #[cfg(test)]
 mod hf_tests;
@@ -72,6 +75,9 @@ pub static ARCHITECTURES: &[&ArchDescriptor] = &[
     &phi2::PHI2,
     &phi3::PHI3,
     &gpt2::GPT2,
+    &smollm3::SMOLLM3,
+    &olmo2::OLMO2,
+    &granite::GRANITE,
     &qwen3moe::QWEN3MOE,
     &qwen2moe::QWEN2MOE,
     &olmoe::OLMOE,
