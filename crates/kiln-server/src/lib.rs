@@ -18,6 +18,7 @@
 //! truncate a prompt silently (a prompt over the context is a 400).
 
 mod error;
+pub mod fields;
 #[doc(hidden)]
 pub mod fuzzing;
 mod handlers;
@@ -30,4 +31,4 @@ pub mod wire;
 
 pub use error::ApiError;
 pub use routes::{ServerError, router, run, serve};
-pub use state::{AppState, Backend, ServerConfig};
+pub use state::{AppState, Backend, ServerConfig, openai_sampling_defaults};

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use kiln_engine::Engine;
+use kiln_engine::{Engine, SamplerConfig};
 use kiln_tokenizer::Tokenizer;
 use kiln_tokenizer::chat::ChatTemplate;
 
@@ -32,6 +32,23 @@ pub struct ServerConfig {
     /// After Ctrl-C / SIGTERM, running requests may finish for this long; then they are
     /// cancelled.
     pub drain_timeout: Duration,
+    /// The sampling settings a request gets for the fields it leaves out (OpenAI's:
+    /// temperature 1, top_p 1, no top-k / min-p; `kiln serve --temp …` changes them). The
+    /// seed is not used (a request without `seed` gets a random one).
+    pub sampling: SamplerConfig,
+    /// Unknown request fields are dropped with a warning instead of refused with 400.
+    pub lenient_params: bool,
+}
+
+/// OpenAI's sampling defaults: temperature 1, top_p 1, nothing else.
+pub fn openai_sampling_defaults() -> SamplerConfig {
+    SamplerConfig {
+        temperature: 1.0,
+        top_p: 1.0,
+        top_k: 0,
+        min_p: 0.0,
+        ..SamplerConfig::default()
+    }
 }
 
 impl Default for ServerConfig {
@@ -44,6 +61,8 @@ impl Default for ServerConfig {
             max_prompt_tokens: None,
             max_concurrent_requests: 512,
             drain_timeout: Duration::from_secs(10),
+            sampling: openai_sampling_defaults(),
+            lenient_params: false,
         }
     }
 }
