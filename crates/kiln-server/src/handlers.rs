@@ -269,7 +269,7 @@ pub(crate) struct ChatRender {
     pub continue_final_message: bool,
 }
 
-fn render_options(
+pub(crate) fn render_options(
     add_generation_prompt: Option<bool>,
     continue_final_message: Option<bool>,
 ) -> Result<ChatRender, ApiError> {

@@ -27,6 +27,7 @@ mod params;
 mod routes;
 mod state;
 mod stream;
+mod utility;
 pub mod wire;
 
 pub use error::ApiError;

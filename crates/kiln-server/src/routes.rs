@@ -9,8 +9,8 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 
-use crate::handlers;
 use crate::state::{AppState, Backend, ServerConfig};
+use crate::{handlers, utility};
 
 /// The routes: `/v1/completions`, `/v1/chat/completions`, `/v1/models`, `/health`,
 /// `/metrics`.
@@ -22,6 +22,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/models", get(handlers::models))
         .route("/health", get(handlers::health))
         .route("/metrics", get(handlers::metrics))
+        .route("/tokenize", post(utility::tokenize))
+        .route("/detokenize", post(utility::detokenize))
+        .route("/apply-template", post(utility::apply_template))
         .fallback(handlers::not_found)
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)

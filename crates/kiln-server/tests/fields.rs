@@ -3,55 +3,12 @@
 //! answered 200, refused ones 400 naming the field; an unknown field is OpenAI's 400 (or
 //! dropped under `lenient_params`); a message role OpenAI does not have is a 400.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
+mod common;
 
-use kiln_engine::{Engine, EngineConfig};
+use common::{post, start};
+use kiln_server::ServerConfig;
 use kiln_server::fields::{self, Endpoint, Status};
-use kiln_server::{AppState, Backend, ServerConfig};
-use kiln_testkit::server::Loaded;
 use serde_json::{Value, json};
-
-fn start(config: ServerConfig) -> SocketAddr {
-    let Loaded {
-        model,
-        tokenizer,
-        template,
-    } = kiln_testkit::server::load("smollm2-135m");
-    let mut cfg = EngineConfig::for_model(&model);
-    cfg.n_ctx = 256;
-    cfg.threads = 2;
-    let shape = cfg.kv.config(model.config(), 0);
-    cfg.kv.memory = Some(shape.blocks_for_tokens(256) * 4 * shape.block_bytes());
-    let engine = Engine::start(model, Arc::clone(&tokenizer), cfg).expect("engine");
-    let state = AppState::ready(
-        config,
-        Backend {
-            engine,
-            tokenizer,
-            template: Some(template),
-            model_id: "smollm2-135m".into(),
-            aliases: vec![],
-        },
-    );
-    kiln_testkit::server::serve(state)
-}
-
-fn post(addr: SocketAddr, path: &str, body: &Value) -> (u16, String) {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(120)))
-        .build()
-        .into();
-    let mut r = agent
-        .post(format!("http://{addr}{path}"))
-        .content_type("application/json")
-        .send(body.to_string())
-        .expect("request");
-    let status = r.status().as_u16();
-    (status, r.body_mut().read_to_string().expect("body"))
-}
 
 fn base(e: Endpoint) -> (&'static str, Value) {
     match e {
