@@ -86,6 +86,29 @@ pub struct ServeArgs {
     /// "Unrecognized request argument supplied".
     #[arg(long)]
     lenient_params: bool,
+    /// Require this API key (`Authorization: Bearer KEY` or `x-api-key: KEY`; repeatable).
+    /// `/health` stays open.
+    #[arg(long = "api-key", value_name = "KEY")]
+    api_keys: Vec<String>,
+    /// Read API keys from this file, one per line (blank lines and `#` comments skipped).
+    #[arg(long, value_name = "FILE")]
+    api_key_file: Option<PathBuf>,
+    /// Serve `/metrics` without a key even when keys are required.
+    #[arg(long)]
+    metrics_public: bool,
+    /// An origin browsers may call from (CORS; `*` for any; repeatable).
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    cors_origins: Vec<String>,
+    /// Seconds a connection may take to send a request head, counted from its opening or
+    /// its last response (slow or idle connections are closed).
+    #[arg(long, default_value_t = 30.0)]
+    header_timeout: f64,
+    /// Seconds a request body may take to arrive after its head (then 408).
+    #[arg(long, default_value_t = 60.0)]
+    body_timeout: f64,
+    /// The most open connections; more are closed on accept.
+    #[arg(long, default_value_t = 1024)]
+    max_connections: usize,
     #[command(flatten)]
     defaults: ServerSampling,
 }
@@ -210,6 +233,42 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
             "--drain-timeout must be a number of seconds".into(),
         ));
     }
+    for (name, v) in [
+        ("--header-timeout", args.header_timeout),
+        ("--body-timeout", args.body_timeout),
+    ] {
+        if !(v.is_finite() && v > 0.0) {
+            return Err(CliError::Usage(format!(
+                "{name} must be a positive number of seconds"
+            )));
+        }
+    }
+    if args.max_connections == 0 {
+        return Err(CliError::Usage(
+            "--max-connections must be at least 1".into(),
+        ));
+    }
+    let mut api_keys: Vec<String> = args.api_keys.iter().map(|k| k.trim().to_string()).collect();
+    if let Some(f) = &args.api_key_file {
+        let text = std::fs::read_to_string(f).map_err(|e| {
+            CliError::Usage(format!("cannot read --api-key-file {}: {e}", f.display()))
+        })?;
+        api_keys.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(String::from),
+        );
+        if api_keys.is_empty() {
+            return Err(CliError::Usage(format!(
+                "--api-key-file {} holds no key",
+                f.display()
+            )));
+        }
+    }
+    if api_keys.iter().any(String::is_empty) {
+        return Err(CliError::Usage("an API key is empty".into()));
+    }
     let config = ServerConfig {
         host: args.host.clone(),
         port: args.port,
@@ -220,6 +279,12 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         drain_timeout: Duration::from_secs_f64(args.drain_timeout),
         sampling: args.defaults.config()?,
         lenient_params: args.lenient_params,
+        api_keys,
+        metrics_public: args.metrics_public,
+        cors_origins: args.cors_origins.clone(),
+        header_timeout: Duration::from_secs_f64(args.header_timeout),
+        body_timeout: Duration::from_secs_f64(args.body_timeout),
+        max_connections: args.max_connections,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -38,6 +38,21 @@ pub struct ServerConfig {
     pub sampling: SamplerConfig,
     /// Unknown request fields are dropped with a warning instead of refused with 400.
     pub lenient_params: bool,
+    /// Keys a request must present (`Authorization: Bearer KEY` or `x-api-key: KEY`);
+    /// empty: no key needed. `/health` never needs one.
+    pub api_keys: Vec<String>,
+    /// `/metrics` answers without a key.
+    pub metrics_public: bool,
+    /// Origins browsers may call from (CORS; `*` for any); empty: no CORS headers.
+    pub cors_origins: Vec<String>,
+    /// A connection that has not sent a complete request head this long after it opened
+    /// or after its last response (slow or idle) is closed.
+    pub header_timeout: Duration,
+    /// A request whose body has not fully arrived this long after its head is answered
+    /// 408.
+    pub body_timeout: Duration,
+    /// The most open connections; more are closed as soon as they are accepted.
+    pub max_connections: usize,
 }
 
 /// OpenAI's sampling defaults: temperature 1, top_p 1, nothing else.
@@ -63,6 +78,12 @@ impl Default for ServerConfig {
             drain_timeout: Duration::from_secs(10),
             sampling: openai_sampling_defaults(),
             lenient_params: false,
+            api_keys: Vec::new(),
+            metrics_public: false,
+            cors_origins: Vec::new(),
+            header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(60),
+            max_connections: 1024,
         }
     }
 }
