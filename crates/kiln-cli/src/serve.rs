@@ -82,6 +82,131 @@ pub struct ServeArgs {
     /// Another name requests may use in `model` (repeatable).
     #[arg(long = "alias", value_name = "NAME")]
     aliases: Vec<String>,
+    /// Ignore unknown request fields (with a warning on stderr) instead of answering 400
+    /// "Unrecognized request argument supplied".
+    #[arg(long)]
+    lenient_params: bool,
+    /// Require this API key (`Authorization: Bearer KEY` or `x-api-key: KEY`; repeatable).
+    /// `/health` stays open.
+    #[arg(long = "api-key", value_name = "KEY")]
+    api_keys: Vec<String>,
+    /// Read API keys from this file, one per line (blank lines and `#` comments skipped).
+    #[arg(long, value_name = "FILE")]
+    api_key_file: Option<PathBuf>,
+    /// Serve `/metrics` without a key even when keys are required.
+    #[arg(long)]
+    metrics_public: bool,
+    /// An origin browsers may call from (CORS; `*` for any; repeatable).
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    cors_origins: Vec<String>,
+    /// Seconds a connection may take to send a request head, counted from its opening or
+    /// its last response (slow or idle connections are closed).
+    #[arg(long, default_value_t = 30.0)]
+    header_timeout: f64,
+    /// Seconds a request body may take to arrive after its head (then 408).
+    #[arg(long, default_value_t = 60.0)]
+    body_timeout: f64,
+    /// The most open connections; more are closed on accept.
+    #[arg(long, default_value_t = 1024)]
+    max_connections: usize,
+    #[command(flatten)]
+    defaults: ServerSampling,
+}
+
+/// The sampling settings of a request that leaves the field out (OpenAI's defaults unless
+/// changed here).
+#[derive(Args, Debug)]
+struct ServerSampling {
+    /// Default `temperature` (0–2).
+    #[arg(long = "temp", visible_alias = "temperature", default_value_t = 1.0)]
+    temp: f32,
+    /// Default `top_k` (0 disables).
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    /// Default `top_p`.
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    /// Default `min_p` (0 disables).
+    #[arg(long, default_value_t = 0.0)]
+    min_p: f32,
+    /// Default `typical_p` (1 disables).
+    #[arg(long, default_value_t = 1.0)]
+    typical_p: f32,
+    /// Default `repeat_penalty` (1 disables).
+    #[arg(long, default_value_t = 1.0)]
+    repeat_penalty: f32,
+    /// Default `repeat_last_n` (0 disables, -1 the context).
+    #[arg(long, default_value_t = 64, allow_negative_numbers = true)]
+    repeat_last_n: i64,
+    /// Default `frequency_penalty` (-2…2).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    frequency_penalty: f32,
+    /// Default `presence_penalty` (-2…2).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    presence_penalty: f32,
+    /// Default `dry_multiplier` (0 disables DRY).
+    #[arg(long, default_value_t = 0.0)]
+    dry_multiplier: f32,
+    /// Default `dry_base`.
+    #[arg(long, default_value_t = 1.75)]
+    dry_base: f32,
+    /// Default `dry_allowed_length`.
+    #[arg(long, default_value_t = 2)]
+    dry_allowed_length: usize,
+    /// Default `dry_penalty_last_n` (0 disables, -1 the context).
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    dry_penalty_last_n: i64,
+}
+
+impl ServerSampling {
+    /// The defaults, validated as a request's fields are.
+    fn config(&self) -> Result<kiln_engine::SamplerConfig, CliError> {
+        let window = |v: i64, name: &str| match v {
+            -1 => Ok(usize::MAX),
+            v => usize::try_from(v).map_err(|_| {
+                CliError::Usage(format!(
+                    "--{name} {v}: use a count, 0 to disable or -1 for the context size"
+                ))
+            }),
+        };
+        let cfg = kiln_engine::SamplerConfig {
+            temperature: self.temp,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            typical_p: self.typical_p,
+            repeat_penalty: self.repeat_penalty,
+            repeat_last_n: window(self.repeat_last_n, "repeat-last-n")?,
+            frequency_penalty: self.frequency_penalty,
+            presence_penalty: self.presence_penalty,
+            dry_multiplier: self.dry_multiplier,
+            dry_base: self.dry_base,
+            dry_allowed_length: self.dry_allowed_length,
+            dry_last_n: window(self.dry_penalty_last_n, "dry-penalty-last-n")?,
+            ..kiln_server::openai_sampling_defaults()
+        };
+        let bad = |m: String| Err(CliError::Usage(m));
+        if !(0.0..=2.0).contains(&cfg.temperature) {
+            return bad(format!(
+                "--temp {} must be between 0 and 2",
+                cfg.temperature
+            ));
+        }
+        if !(cfg.top_p > 0.0 && cfg.top_p <= 1.0) {
+            return bad(format!("--top-p {} must be in (0, 1]", cfg.top_p));
+        }
+        for (name, v) in [
+            ("frequency-penalty", cfg.frequency_penalty),
+            ("presence-penalty", cfg.presence_penalty),
+        ] {
+            if !(-2.0..=2.0).contains(&v) {
+                return bad(format!("--{name} {v} must be between -2 and 2"));
+            }
+        }
+        cfg.validate()
+            .map_err(|e| CliError::Usage(format!("server sampling defaults: {e}")))?;
+        Ok(cfg)
+    }
 }
 
 fn parse_kv_types(s: &str) -> Result<(KvType, KvType), String> {
@@ -108,6 +233,42 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
             "--drain-timeout must be a number of seconds".into(),
         ));
     }
+    for (name, v) in [
+        ("--header-timeout", args.header_timeout),
+        ("--body-timeout", args.body_timeout),
+    ] {
+        if !(v.is_finite() && v > 0.0) {
+            return Err(CliError::Usage(format!(
+                "{name} must be a positive number of seconds"
+            )));
+        }
+    }
+    if args.max_connections == 0 {
+        return Err(CliError::Usage(
+            "--max-connections must be at least 1".into(),
+        ));
+    }
+    let mut api_keys: Vec<String> = args.api_keys.iter().map(|k| k.trim().to_string()).collect();
+    if let Some(f) = &args.api_key_file {
+        let text = std::fs::read_to_string(f).map_err(|e| {
+            CliError::Usage(format!("cannot read --api-key-file {}: {e}", f.display()))
+        })?;
+        api_keys.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(String::from),
+        );
+        if api_keys.is_empty() {
+            return Err(CliError::Usage(format!(
+                "--api-key-file {} holds no key",
+                f.display()
+            )));
+        }
+    }
+    if api_keys.iter().any(String::is_empty) {
+        return Err(CliError::Usage("an API key is empty".into()));
+    }
     let config = ServerConfig {
         host: args.host.clone(),
         port: args.port,
@@ -116,6 +277,14 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         max_prompt_tokens: args.max_prompt_tokens,
         max_concurrent_requests: args.max_concurrent,
         drain_timeout: Duration::from_secs_f64(args.drain_timeout),
+        sampling: args.defaults.config()?,
+        lenient_params: args.lenient_params,
+        api_keys,
+        metrics_public: args.metrics_public,
+        cors_origins: args.cors_origins.clone(),
+        header_timeout: Duration::from_secs_f64(args.header_timeout),
+        body_timeout: Duration::from_secs_f64(args.body_timeout),
+        max_connections: args.max_connections,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -10,16 +10,10 @@ use kiln_tokenizer::Tokenizer;
 use kiln_tokenizer::chat::ChatTemplate;
 
 pub use crate::error::ApiError;
-use crate::handlers::{parse_json, prepare_chat, prepare_completion};
+pub use crate::fields::Endpoint;
+use crate::handlers::{prepare_chat, prepare_completion, read_request};
 use crate::state::ServerConfig;
 use crate::wire::{ChatRequest, CompletionRequest};
-
-/// Which endpoint the body is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Endpoint {
-    Completions,
-    Chat,
-}
 
 /// What a valid body becomes: the engine requests (every choice of every prompt) and
 /// whether the answer streams.
@@ -44,12 +38,12 @@ pub fn parse_request(
     }
     let (p, prompts, param) = match endpoint {
         Endpoint::Completions => {
-            let req: CompletionRequest = parse_json(body)?;
+            let req: CompletionRequest = read_request(body, endpoint, limits)?;
             let (p, prompts, _) = prepare_completion(req, tokenizer, limits)?;
             (p, prompts, "prompt")
         }
         Endpoint::Chat => {
-            let req: ChatRequest = parse_json(body)?;
+            let req: ChatRequest = read_request(body, endpoint, limits)?;
             let (p, prompt, _) = prepare_chat(req, tokenizer, template, limits)?;
             (p, vec![prompt], "messages")
         }

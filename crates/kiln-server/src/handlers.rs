@@ -12,6 +12,7 @@ use kiln_tokenizer::chat::{ChatTemplate, Conversation, RenderOptions};
 use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::fields::{self, Endpoint};
 use crate::params::{self, Params};
 use crate::state::{AppState, Backend, ServerConfig};
 use crate::stream::{self, Choice, Kind, StreamCtx};
@@ -33,6 +34,23 @@ fn body_bytes(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes
 
 pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::bad_request(
+            format!("We could not parse the JSON body of your request: {e}"),
+            None,
+        )
+    })
+}
+
+/// Parses a generation request: JSON, then every field checked against the list in
+/// [`crate::fields`] (unknown or refused fields are a 400), then the typed body.
+pub(crate) fn read_request<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    endpoint: Endpoint,
+    limits: &ServerConfig,
+) -> Result<T, ApiError> {
+    let mut v: Value = parse_json(bytes)?;
+    fields::check(endpoint, &mut v, limits.lenient_params)?;
+    serde_json::from_value(v).map_err(|e| {
         ApiError::bad_request(
             format!("We could not parse the JSON body of your request: {e}"),
             None,
@@ -92,7 +110,7 @@ async fn completions_inner(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let bytes = body_bytes(body, state.config().max_body_bytes)?;
-    let req: CompletionRequest = parse_json(&bytes)?;
+    let req: CompletionRequest = read_request(&bytes, Endpoint::Completions, state.config())?;
     let b = ready(state)?;
     check_model(b, req.common.model.as_deref())?;
     let (p, prompts, logprobs) = prepare_completion(req, &b.tokenizer, state.config())?;
@@ -110,23 +128,7 @@ pub(crate) fn prepare_completion(
     tokenizer: &Tokenizer,
     limits: &ServerConfig,
 ) -> Result<Prepared<Vec<Vec<u32>>>, ApiError> {
-    if req.echo == Some(true) {
-        return Err(ApiError::bad_request("echo is not supported", Some("echo")));
-    }
-    if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
-        return Err(ApiError::bad_request(
-            "suffix is not supported",
-            Some("suffix"),
-        ));
-    }
-    if let Some(best_of) = req.best_of
-        && best_of != req.common.n.unwrap_or(1)
-    {
-        return Err(ApiError::bad_request(
-            "best_of other than n is not supported",
-            Some("best_of"),
-        ));
-    }
+    // `echo`, `suffix` and `best_of` asking for something were refused by the field list.
     let logprobs = match req.logprobs {
         None => None,
         Some(k) if k >= 0 => Some(k as usize),
@@ -205,7 +207,7 @@ async fn chat_inner(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let bytes = body_bytes(body, state.config().max_body_bytes)?;
-    let req: ChatRequest = parse_json(&bytes)?;
+    let req: ChatRequest = read_request(&bytes, Endpoint::Chat, state.config())?;
     let b = ready(state)?;
     check_model(b, req.common.model.as_deref())?;
     let (p, prompt, logprobs) =
@@ -222,16 +224,7 @@ pub(crate) fn prepare_chat(
     template: Option<&ChatTemplate>,
     limits: &ServerConfig,
 ) -> Result<Prepared<Vec<u32>>, ApiError> {
-    if req
-        .tools
-        .as_ref()
-        .is_some_and(|t| !t.is_null() && t.as_array().is_none_or(|a| !a.is_empty()))
-    {
-        return Err(ApiError::bad_request(
-            "tools (function calling) are not supported",
-            Some("tools"),
-        ));
-    }
+    // `tools` asking for something was refused by the field list.
     let logprobs = match (req.logprobs, req.top_logprobs) {
         (Some(true), k) => match k.unwrap_or(0) {
             k if k >= 0 => Some(k as usize),
@@ -261,17 +254,44 @@ pub(crate) fn prepare_chat(
     let messages = req
         .messages
         .ok_or_else(|| ApiError::bad_request("messages is required", Some("messages")))?;
-    let prompt = chat_prompt(tokenizer, template, messages)?;
+    let opts = render_options(req.add_generation_prompt, req.continue_final_message)?;
+    let prompt = chat_prompt(tokenizer, template, messages, &opts)?;
     Ok((p, prompt, logprobs))
 }
 
 /// Renders `messages` with the model's chat template (ending with the assistant's header)
 /// and tokenizes the result.
-fn chat_prompt(
-    tokenizer: &Tokenizer,
+/// How the messages are rendered: `add_generation_prompt` (default true) and
+/// `continue_final_message` (default false; not both true).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ChatRender {
+    pub add_generation_prompt: bool,
+    pub continue_final_message: bool,
+}
+
+pub(crate) fn render_options(
+    add_generation_prompt: Option<bool>,
+    continue_final_message: Option<bool>,
+) -> Result<ChatRender, ApiError> {
+    let continue_final_message = continue_final_message.unwrap_or(false);
+    if continue_final_message && add_generation_prompt == Some(true) {
+        return Err(ApiError::bad_request(
+            "continue_final_message and add_generation_prompt cannot both be true",
+            Some("continue_final_message"),
+        ));
+    }
+    Ok(ChatRender {
+        add_generation_prompt: add_generation_prompt.unwrap_or(!continue_final_message),
+        continue_final_message,
+    })
+}
+
+/// Renders `messages` with the template as `opts` says.
+pub(crate) fn render_chat(
     template: Option<&ChatTemplate>,
     messages: Vec<Value>,
-) -> Result<Vec<u32>, ApiError> {
+    opts: &ChatRender,
+) -> Result<String, ApiError> {
     let template = template.ok_or_else(|| {
         ApiError::bad_request(
             "this model has no chat template; use /v1/completions",
@@ -285,24 +305,70 @@ fn chat_prompt(
         .into_iter()
         .map(normalize_message)
         .collect::<Result<Vec<_>, _>>()?;
+    let last = messages
+        .last()
+        .and_then(|m| m.get("content"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
     let json = Value::Array(messages).to_string();
     let conv = Conversation::from_json(&json)
         .map_err(|e| ApiError::bad_request(e.to_string(), Some("messages")))?;
-    let text = template
-        .render(&conv, &RenderOptions::generation())
-        .map_err(|e| {
-            ApiError::bad_request(
-                format!("the chat template rejected the messages: {e}"),
-                Some("messages"),
-            )
-        })?;
-    template.prompt_tokens(tokenizer, &text).map_err(|e| {
+    let options = RenderOptions {
+        add_generation_prompt: opts.add_generation_prompt,
+        ..RenderOptions::default()
+    };
+    let mut text = template.render(&conv, &options).map_err(|e| {
         ApiError::bad_request(
-            format!("cannot tokenize the messages: {e}"),
+            format!("the chat template rejected the messages: {e}"),
             Some("messages"),
         )
-    })
+    })?;
+    if opts.continue_final_message {
+        // Cut after the last message's content: the model continues it (its end-of-turn
+        // marker, which the template wrote, goes).
+        let needle = last.trim_end();
+        let at = (!needle.is_empty())
+            .then(|| text.rfind(needle))
+            .flatten()
+            .ok_or_else(|| {
+                ApiError::bad_request(
+                    "continue_final_message: the last message's content is empty or not in the rendered prompt",
+                    Some("continue_final_message"),
+                )
+            })?;
+        text.truncate(at + needle.len());
+    }
+    Ok(text)
 }
+
+fn chat_prompt(
+    tokenizer: &Tokenizer,
+    template: Option<&ChatTemplate>,
+    messages: Vec<Value>,
+    opts: &ChatRender,
+) -> Result<Vec<u32>, ApiError> {
+    let text = render_chat(template, messages, opts)?;
+    let tokens = template.map(|t| t.prompt_tokens(tokenizer, &text));
+    tokens
+        .ok_or_else(|| ApiError::bad_request("this model has no chat template", Some("messages")))?
+        .map_err(|e| {
+            ApiError::bad_request(
+                format!("cannot tokenize the messages: {e}"),
+                Some("messages"),
+            )
+        })
+}
+
+/// The message roles OpenAI accepts.
+const MESSAGE_ROLES: &[&str] = &[
+    "system",
+    "developer",
+    "user",
+    "assistant",
+    "tool",
+    "function",
+];
 
 /// Checks one message and flattens content parts (`[{"type":"text","text":…}]`) to a
 /// string, as templates expect.
@@ -311,8 +377,19 @@ fn normalize_message(mut m: Value) -> Result<Value, ApiError> {
     let obj = m
         .as_object_mut()
         .ok_or_else(|| bad("every message must be an object"))?;
-    if !obj.get("role").is_some_and(Value::is_string) {
-        return Err(bad("every message needs a string role"));
+    match obj.get("role").and_then(Value::as_str) {
+        None => return Err(bad("every message needs a string role")),
+        Some(r) if !MESSAGE_ROLES.contains(&r) => {
+            return Err(bad(&format!(
+                "Invalid value: '{r}'. Supported values are: {}.",
+                MESSAGE_ROLES
+                    .iter()
+                    .map(|r| format!("'{r}'"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        Some(_) => {}
     }
     if let Some(Value::Array(parts)) = obj.get("content") {
         let mut text = Vec::with_capacity(parts.len());

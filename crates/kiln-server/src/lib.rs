@@ -2,7 +2,7 @@
 //!
 //! The OpenAI-compatible HTTP server: `POST /v1/completions`, `POST /v1/chat/completions`
 //! (JSON or SSE streaming), `GET /v1/models`, `GET /health`, `GET /metrics` (Prometheus
-//! text). Requests are validated and tokenized here (chat messages through the model's chat
+//! text), and llama-server's `/tokenize`, `/detokenize`, `/apply-template`. Requests are validated and tokenized here (chat messages through the model's chat
 //! template), then submitted to a [`kiln_engine::Engine`]; the engine's events become
 //! OpenAI's response bodies or stream chunks. Errors use OpenAI's error JSON. See
 //! `docs/serving.md`.
@@ -11,23 +11,27 @@
 //! with graceful shutdown) and [`serve`] (bind, load the model while `/health` says 503,
 //! serve until Ctrl-C / SIGTERM).
 //!
-//! **Owns:** HTTP and JSON wire types, request validation, SSE framing, the metrics
-//! exposition.
+//! **Owns:** HTTP and JSON wire types, request validation (every request field is in
+//! one list, [`fields`]), SSE framing, the metrics exposition, and deployment safety (API
+//! keys, CORS, read timeouts, the connection limit).
 //!
 //! **Must never:** schedule tokens itself (that is `kiln-engine`) or run kernels; never
 //! truncate a prompt silently (a prompt over the context is a 400).
 
 mod error;
+pub mod fields;
 #[doc(hidden)]
 pub mod fuzzing;
+mod guard;
 mod handlers;
 pub mod metrics;
 mod params;
 mod routes;
 mod state;
 mod stream;
+mod utility;
 pub mod wire;
 
 pub use error::ApiError;
 pub use routes::{ServerError, router, run, serve};
-pub use state::{AppState, Backend, ServerConfig};
+pub use state::{AppState, Backend, ServerConfig, openai_sampling_defaults};

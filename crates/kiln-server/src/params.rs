@@ -4,6 +4,8 @@
 use std::sync::Arc;
 
 use kiln_engine::{Grammar, Request, SamplerConfig};
+use kiln_sample::SamplerConfigError;
+use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::state::ServerConfig;
@@ -13,6 +15,8 @@ use crate::wire::{Common, ResponseFormat};
 pub const MAX_TOP_LOGPROBS: usize = 20;
 /// The most stop strings (OpenAI allows 4; Kiln is generous).
 pub const MAX_STOP: usize = 16;
+/// The most DRY sequence breakers one request may give.
+pub const MAX_DRY_BREAKERS: usize = 64;
 
 /// Settings shared by all the engine requests of one HTTP request.
 #[derive(Debug, Clone)]
@@ -60,22 +64,23 @@ pub fn parse(
             ));
         }
     };
-    let temperature = c.temperature.unwrap_or(1.0);
+    let d = &limits.sampling;
+    let temperature = c.temperature.unwrap_or(d.temperature);
     if !(0.0..=2.0).contains(&temperature) {
         return Err(ApiError::bad_request(
             format!("temperature must be between 0 and 2 (got {temperature})"),
             Some("temperature"),
         ));
     }
-    let top_p = c.top_p.unwrap_or(1.0);
+    let top_p = c.top_p.unwrap_or(d.top_p);
     if !(top_p > 0.0 && top_p <= 1.0) {
         return Err(ApiError::bad_request(
             format!("top_p must be in (0, 1] (got {top_p})"),
             Some("top_p"),
         ));
     }
-    let penalty = |name: &'static str, v: Option<f32>| -> Result<f32, ApiError> {
-        let v = v.unwrap_or(0.0);
+    let penalty = |name: &'static str, v: Option<f32>, default: f32| -> Result<f32, ApiError> {
+        let v = v.unwrap_or(default);
         if (-2.0..=2.0).contains(&v) {
             Ok(v)
         } else {
@@ -85,8 +90,12 @@ pub fn parse(
             ))
         }
     };
-    let frequency_penalty = penalty("frequency_penalty", c.frequency_penalty)?;
-    let presence_penalty = penalty("presence_penalty", c.presence_penalty)?;
+    let frequency_penalty = penalty(
+        "frequency_penalty",
+        c.frequency_penalty,
+        d.frequency_penalty,
+    )?;
+    let presence_penalty = penalty("presence_penalty", c.presence_penalty, d.presence_penalty)?;
     let mut logit_bias = Vec::new();
     for (k, &v) in c.logit_bias.iter().flatten() {
         let id: u32 = k.parse().map_err(|_| {
@@ -111,20 +120,70 @@ pub fn parse(
         Some(s) => s as u64,
         None => random_seed(),
     };
+    let top_k = match c.top_k {
+        None => d.top_k,
+        // llama.cpp: a negative k keeps every token.
+        Some(k) if k <= 0 => 0,
+        Some(k) => usize::try_from(k).unwrap_or(usize::MAX).min(vocab_size),
+    };
+    let repeat_penalty = match (c.repeat_penalty, c.repetition_penalty) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request(
+                "give repeat_penalty or repetition_penalty, not both",
+                Some("repetition_penalty"),
+            ));
+        }
+        (Some(v), None) | (None, Some(v)) => v,
+        (None, None) => d.repeat_penalty,
+    };
+    let breakers = match &c.dry_sequence_breakers {
+        None => d.dry_sequence_breakers.clone(),
+        Some(b) if b.len() > MAX_DRY_BREAKERS => {
+            return Err(ApiError::bad_request(
+                format!(
+                    "at most {MAX_DRY_BREAKERS} DRY sequence breakers (got {})",
+                    b.len()
+                ),
+                Some("dry_sequence_breakers"),
+            ));
+        }
+        Some(b) => b.clone(),
+    };
     let sampling = SamplerConfig {
         temperature,
         top_p,
-        top_k: 0,
-        min_p: 0.0,
+        top_k,
+        min_p: c.min_p.unwrap_or(d.min_p),
+        typical_p: c.typical_p.unwrap_or(d.typical_p),
+        repeat_penalty,
+        repeat_last_n: window("repeat_last_n", c.repeat_last_n, d.repeat_last_n)?,
         frequency_penalty,
         presence_penalty,
+        dry_multiplier: c.dry_multiplier.unwrap_or(d.dry_multiplier),
+        dry_base: c.dry_base.unwrap_or(d.dry_base),
+        dry_allowed_length: match c.dry_allowed_length {
+            None => d.dry_allowed_length,
+            Some(n) => usize::try_from(n).map_err(|_| {
+                ApiError::bad_request(
+                    format!("dry_allowed_length must be at least 0 (got {n})"),
+                    Some("dry_allowed_length"),
+                )
+            })?,
+        },
+        dry_last_n: window("dry_penalty_last_n", c.dry_penalty_last_n, d.dry_last_n)?,
+        dry_sequence_breakers: breakers,
         logit_bias,
+        order: d.order.clone(),
         seed,
-        ..SamplerConfig::default()
     };
-    sampling
-        .validate()
-        .map_err(|e| ApiError::bad_request(e.to_string(), None))?;
+    sampling.validate().map_err(|e| {
+        let param = match &e {
+            SamplerConfigError::OutOfRange { name, .. } => Some(*name),
+            SamplerConfigError::EmptyBreaker => Some("dry_sequence_breakers"),
+            _ => None,
+        };
+        ApiError::bad_request(e.to_string(), param)
+    })?;
     let stop: Vec<String> = c
         .stop
         .clone()
@@ -147,12 +206,7 @@ pub fn parse(
             Some("logprobs"),
         ));
     }
-    let grammar = c
-        .response_format
-        .as_ref()
-        .map(grammar)
-        .transpose()?
-        .flatten();
+    let grammar = constraint(c)?;
     let stream = c.stream.unwrap_or(false);
     let include_usage = c.stream_options.as_ref().is_some_and(|o| o.include_usage);
     Ok(Params {
@@ -166,6 +220,155 @@ pub fn parse(
         max_tokens,
         ignore_eos: c.ignore_eos.unwrap_or(false),
     })
+}
+
+/// A `-1 = the context` window (`repeat_last_n`, `dry_penalty_last_n`): -1 becomes
+/// `usize::MAX`, which [`requests`] bounds by the context.
+fn window(name: &'static str, v: Option<i64>, default: usize) -> Result<usize, ApiError> {
+    match v {
+        None => Ok(default),
+        Some(-1) => Ok(usize::MAX),
+        Some(n) => usize::try_from(n).map_err(|_| {
+            ApiError::bad_request(
+                format!("{name} must be a count, 0 to disable or -1 for the context (got {n})"),
+                Some(name),
+            )
+        }),
+    }
+}
+
+/// The one output constraint a request asks for: `response_format`, `grammar`,
+/// `json_schema`, `guided_json`, `guided_grammar` or `structured_outputs` (more than one
+/// is a 400).
+fn constraint(c: &Common) -> Result<Option<Arc<Grammar>>, ApiError> {
+    let mut given: Vec<&'static str> = Vec::new();
+    let mut out = None;
+    if let Some(f) = &c.response_format {
+        out = grammar(f)?;
+        if out.is_some() {
+            given.push("response_format");
+        }
+    }
+    let schema = |v: &Value, param: &'static str| -> Result<Arc<Grammar>, ApiError> {
+        let text = match v {
+            Value::String(s) => s.clone(),
+            v => v.to_string(),
+        };
+        compile(GrammarSource::Schema(&text), param)
+    };
+    if let Some(g) = &c.grammar {
+        given.push("grammar");
+        out = Some(compile(GrammarSource::Gbnf(g), "grammar")?);
+    }
+    if let Some(s) = &c.json_schema {
+        given.push("json_schema");
+        out = Some(schema(s, "json_schema")?);
+    }
+    if let Some(s) = &c.guided_json {
+        given.push("guided_json");
+        out = Some(schema(s, "guided_json")?);
+    }
+    if let Some(g) = &c.guided_grammar {
+        given.push("guided_grammar");
+        out = Some(compile(GrammarSource::Gbnf(g), "guided_grammar")?);
+    }
+    if let Some(so) = &c.structured_outputs {
+        let p = "structured_outputs";
+        let obj = so.as_object().ok_or_else(|| {
+            ApiError::bad_request("structured_outputs must be an object", Some(p))
+        })?;
+        for (k, v) in obj {
+            if v.is_null() || v == &Value::Bool(false) {
+                continue;
+            }
+            given.push(p);
+            out = Some(match k.as_str() {
+                "json" => schema(v, p)?,
+                "json_object" => compile(GrammarSource::Schema(r#"{"type":"object"}"#), p)?,
+                "grammar" => match v.as_str() {
+                    Some(g) => compile(GrammarSource::Gbnf(g), p)?,
+                    None => {
+                        return Err(ApiError::bad_request(
+                            "structured_outputs.grammar must be a GBNF string",
+                            Some(p),
+                        ));
+                    }
+                },
+                "choice" => {
+                    let choices: Vec<&str> = v
+                        .as_array()
+                        .map(|a| a.iter().filter_map(Value::as_str).collect())
+                        .filter(|c: &Vec<&str>| !c.is_empty())
+                        .ok_or_else(|| {
+                            ApiError::bad_request(
+                                "structured_outputs.choice must be a non-empty array of strings",
+                                Some(p),
+                            )
+                        })?;
+                    compile(GrammarSource::Gbnf(&choice_gbnf(&choices)), p)?
+                }
+                other => {
+                    return Err(ApiError::bad_request(
+                        format!(
+                            "structured_outputs.{other} is not supported (json, grammar, choice, json_object)"
+                        ),
+                        Some(p),
+                    ));
+                }
+            });
+        }
+    }
+    if given.len() > 1 {
+        return Err(ApiError::bad_request(
+            format!(
+                "give at most one output constraint (got {})",
+                given.join(", ")
+            ),
+            given.last().copied(),
+        ));
+    }
+    Ok(out)
+}
+
+enum GrammarSource<'a> {
+    Gbnf(&'a str),
+    Schema(&'a str),
+}
+
+fn compile(src: GrammarSource<'_>, param: &'static str) -> Result<Arc<Grammar>, ApiError> {
+    let g = match src {
+        GrammarSource::Gbnf(g) => {
+            Grammar::from_gbnf(g).map_err(|e| format!("cannot use this grammar: {e}"))
+        }
+        GrammarSource::Schema(s) => {
+            Grammar::from_json_schema(s).map_err(|e| format!("cannot use this JSON schema: {e}"))
+        }
+    };
+    g.map(Arc::new)
+        .map_err(|m| ApiError::bad_request(m, Some(param)))
+}
+
+/// A GBNF grammar matching exactly one of `choices`.
+fn choice_gbnf(choices: &[&str]) -> String {
+    let alts: Vec<String> = choices
+        .iter()
+        .map(|c| {
+            let mut s = String::from("\"");
+            for ch in c.chars() {
+                match ch {
+                    '"' => s.push_str("\\\""),
+                    '\\' => s.push_str("\\\\"),
+                    '\n' => s.push_str("\\n"),
+                    '\r' => s.push_str("\\r"),
+                    '\t' => s.push_str("\\t"),
+                    c => s.push(c),
+                }
+            }
+            s.push('"');
+            s
+        })
+        .collect();
+    format!("root ::= {}", alts.join(" | "))
 }
 
 /// The grammar of a `response_format` (`None` for plain text).
@@ -237,6 +440,9 @@ pub fn requests(
             max_tokens,
             sampling: SamplerConfig {
                 seed: p.sampling.seed.wrapping_add(i as u64),
+                // No window reaches past the context (and -1 means the context).
+                repeat_last_n: p.sampling.repeat_last_n.min(n_ctx),
+                dry_last_n: p.sampling.dry_last_n.min(n_ctx),
                 ..p.sampling.clone()
             },
             stop: p.stop.clone(),
@@ -432,5 +638,123 @@ mod tests {
         );
         assert!(grammar(&f("xml", None)).is_err());
         let _ = Stop::One(String::new());
+    }
+
+    #[test]
+    fn llama_cpp_and_vllm_sampling_extensions_reach_the_sampler() {
+        let p = parse(
+            &common(
+                r#"{"top_k":20,"min_p":0.05,"typical_p":0.9,"repetition_penalty":1.1,
+                    "repeat_last_n":-1,"dry_multiplier":0.8,"dry_base":2,"dry_allowed_length":3,
+                    "dry_penalty_last_n":32,"dry_sequence_breakers":["\n"]}"#,
+            ),
+            None,
+            None,
+            100,
+            &ServerConfig::default(),
+        )
+        .unwrap();
+        let s = &p.sampling;
+        assert_eq!((s.top_k, s.min_p, s.typical_p), (20, 0.05, 0.9));
+        assert_eq!(s.repeat_penalty, 1.1);
+        assert_eq!(
+            (s.dry_multiplier, s.dry_base, s.dry_allowed_length),
+            (0.8, 2.0, 3)
+        );
+        assert_eq!(s.dry_sequence_breakers, ["\n"]);
+        // -1 is the context, bounded when the engine request is made.
+        let r = requests(&p, vec![1], 64, &ServerConfig::default(), "prompt").unwrap();
+        assert_eq!(
+            (r[0].sampling.repeat_last_n, r[0].sampling.dry_last_n),
+            (64, 32)
+        );
+        let e = parse(
+            &common(r#"{"repeat_penalty":1.1,"repetition_penalty":1.2}"#),
+            None,
+            None,
+            100,
+            &ServerConfig::default(),
+        )
+        .unwrap_err();
+        assert_eq!(e.param, Some("repetition_penalty"));
+        let e = parse(
+            &common(r#"{"min_p":2}"#),
+            None,
+            None,
+            100,
+            &ServerConfig::default(),
+        )
+        .unwrap_err();
+        assert_eq!(e.param, Some("min_p"));
+    }
+
+    #[test]
+    fn fields_a_request_leaves_out_take_the_servers_defaults() {
+        let limits = ServerConfig {
+            sampling: SamplerConfig {
+                temperature: 0.3,
+                top_k: 40,
+                min_p: 0.1,
+                repeat_penalty: 1.2,
+                ..crate::state::openai_sampling_defaults()
+            },
+            ..ServerConfig::default()
+        };
+        let p = parse(&common(r#"{"top_k":5}"#), None, None, 100, &limits).unwrap();
+        let s = &p.sampling;
+        assert_eq!(
+            (s.temperature, s.top_k, s.min_p, s.repeat_penalty),
+            (0.3, 5, 0.1, 1.2)
+        );
+        let p = parse(&common("{}"), None, None, 100, &ServerConfig::default()).unwrap();
+        let s = &p.sampling;
+        assert_eq!(
+            (s.temperature, s.top_p, s.top_k, s.min_p),
+            (1.0, 1.0, 0, 0.0)
+        );
+    }
+
+    #[test]
+    fn every_constraint_field_compiles_and_two_at_once_are_refused() {
+        for body in [
+            r#"{"grammar":"root ::= \"a\""}"#,
+            r#"{"json_schema":{"type":"object"}}"#,
+            r#"{"guided_json":"{\"type\":\"object\"}"}"#,
+            r#"{"guided_grammar":"root ::= \"a\""}"#,
+            r#"{"structured_outputs":{"choice":["yes","no \"quoted\"\n"]}}"#,
+            r#"{"structured_outputs":{"json":{"type":"object"}}}"#,
+            r#"{"structured_outputs":{"json_object":true}}"#,
+        ] {
+            let p = parse(&common(body), None, None, 100, &ServerConfig::default())
+                .unwrap_or_else(|e| panic!("{body}: {e:?}"));
+            assert!(p.grammar.is_some(), "{body}");
+        }
+        let e = parse(
+            &common(r#"{"grammar":"root ::= \"a\"","response_format":{"type":"json_object"}}"#),
+            None,
+            None,
+            100,
+            &ServerConfig::default(),
+        )
+        .unwrap_err();
+        assert!(e.message.contains("at most one"), "{}", e.message);
+        let e = parse(
+            &common(r#"{"grammar":"root ::= undefined-rule"}"#),
+            None,
+            None,
+            100,
+            &ServerConfig::default(),
+        )
+        .unwrap_err();
+        assert_eq!(e.param, Some("grammar"));
+        let e = parse(
+            &common(r#"{"structured_outputs":{"regex":"a+"}}"#),
+            None,
+            None,
+            100,
+            &ServerConfig::default(),
+        )
+        .unwrap_err();
+        assert!(e.message.contains("regex"), "{}", e.message);
     }
 }

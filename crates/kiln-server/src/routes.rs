@@ -7,13 +7,15 @@ use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
+use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
 
-use crate::handlers;
 use crate::state::{AppState, Backend, ServerConfig};
+use crate::{guard, handlers, utility};
 
 /// The routes: `/v1/completions`, `/v1/chat/completions`, `/v1/models`, `/health`,
-/// `/metrics`.
+/// `/metrics`, `/tokenize`, `/detokenize`, `/apply-template`; behind CORS, the API key
+/// check and the body read timeout (`guard.rs`).
 pub fn router(state: AppState) -> Router {
     let limit = state.config().max_body_bytes;
     Router::new()
@@ -22,8 +24,15 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/models", get(handlers::models))
         .route("/health", get(handlers::health))
         .route("/metrics", get(handlers::metrics))
+        .route("/tokenize", post(utility::tokenize))
+        .route("/detokenize", post(utility::detokenize))
+        .route("/apply-template", post(utility::apply_template))
         .fallback(handlers::not_found)
         .layer(DefaultBodyLimit::max(limit))
+        // Outermost last: CORS (answers preflights), then the key, then the body read.
+        .layer(from_fn_with_state(state.clone(), guard::read_body))
+        .layer(from_fn_with_state(state.clone(), guard::require_key))
+        .layer(from_fn_with_state(state.clone(), guard::cors))
         .with_state(state)
 }
 
@@ -63,9 +72,15 @@ pub async fn run(
             }
         });
     };
-    axum::serve(listener, app)
-        .with_graceful_shutdown(signal)
-        .await?;
+    let cfg = state.config();
+    guard::serve_connections(
+        listener,
+        app,
+        signal,
+        cfg.header_timeout,
+        cfg.max_connections,
+    )
+    .await?;
     if let Some(b) = state.backend() {
         let engine = b.engine.clone();
         let _ = tokio::task::spawn_blocking(move || engine.shutdown(true)).await;

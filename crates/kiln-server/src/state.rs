@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use kiln_engine::Engine;
+use kiln_engine::{Engine, SamplerConfig};
 use kiln_tokenizer::Tokenizer;
 use kiln_tokenizer::chat::ChatTemplate;
 
@@ -32,6 +32,38 @@ pub struct ServerConfig {
     /// After Ctrl-C / SIGTERM, running requests may finish for this long; then they are
     /// cancelled.
     pub drain_timeout: Duration,
+    /// The sampling settings a request gets for the fields it leaves out (OpenAI's:
+    /// temperature 1, top_p 1, no top-k / min-p; `kiln serve --temp …` changes them). The
+    /// seed is not used (a request without `seed` gets a random one).
+    pub sampling: SamplerConfig,
+    /// Unknown request fields are dropped with a warning instead of refused with 400.
+    pub lenient_params: bool,
+    /// Keys a request must present (`Authorization: Bearer KEY` or `x-api-key: KEY`);
+    /// empty: no key needed. `/health` never needs one.
+    pub api_keys: Vec<String>,
+    /// `/metrics` answers without a key.
+    pub metrics_public: bool,
+    /// Origins browsers may call from (CORS; `*` for any); empty: no CORS headers.
+    pub cors_origins: Vec<String>,
+    /// A connection that has not sent a complete request head this long after it opened
+    /// or after its last response (slow or idle) is closed.
+    pub header_timeout: Duration,
+    /// A request whose body has not fully arrived this long after its head is answered
+    /// 408.
+    pub body_timeout: Duration,
+    /// The most open connections; more are closed as soon as they are accepted.
+    pub max_connections: usize,
+}
+
+/// OpenAI's sampling defaults: temperature 1, top_p 1, nothing else.
+pub fn openai_sampling_defaults() -> SamplerConfig {
+    SamplerConfig {
+        temperature: 1.0,
+        top_p: 1.0,
+        top_k: 0,
+        min_p: 0.0,
+        ..SamplerConfig::default()
+    }
 }
 
 impl Default for ServerConfig {
@@ -44,6 +76,14 @@ impl Default for ServerConfig {
             max_prompt_tokens: None,
             max_concurrent_requests: 512,
             drain_timeout: Duration::from_secs(10),
+            sampling: openai_sampling_defaults(),
+            lenient_params: false,
+            api_keys: Vec::new(),
+            metrics_public: false,
+            cors_origins: Vec::new(),
+            header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(60),
+            max_connections: 1024,
         }
     }
 }

@@ -1,6 +1,7 @@
-//! OpenAI's request and response bodies, as far as Kiln supports them. Requests ignore
-//! fields they do not know (clients send `user`, `metadata`, …); fields Kiln knows but does
-//! not implement are refused by [`crate::params`] rather than silently ignored.
+//! OpenAI's request and response bodies, as far as Kiln supports them. Which request
+//! fields exist, and which are honoured, no-ops or refused, is decided by the list in
+//! [`crate::fields`] before a body reaches these types (so they need not reject unknown
+//! fields themselves).
 
 use std::collections::HashMap;
 
@@ -94,6 +95,41 @@ pub struct Common {
     /// vLLM and llama.cpp's server accept; benchmarks use it for fixed-length outputs).
     #[serde(default)]
     pub ignore_eos: Option<bool>,
+    // llama.cpp / vLLM sampling extensions.
+    #[serde(default)]
+    pub top_k: Option<i64>,
+    #[serde(default)]
+    pub min_p: Option<f32>,
+    #[serde(default)]
+    pub typical_p: Option<f32>,
+    #[serde(default)]
+    pub repeat_penalty: Option<f32>,
+    #[serde(default)]
+    pub repetition_penalty: Option<f32>,
+    #[serde(default)]
+    pub repeat_last_n: Option<i64>,
+    #[serde(default)]
+    pub dry_multiplier: Option<f32>,
+    #[serde(default)]
+    pub dry_base: Option<f32>,
+    #[serde(default)]
+    pub dry_allowed_length: Option<i64>,
+    #[serde(default)]
+    pub dry_penalty_last_n: Option<i64>,
+    #[serde(default)]
+    pub dry_sequence_breakers: Option<Vec<String>>,
+    // Constrained output (llama.cpp's `grammar` / `json_schema`, vLLM's `guided_*` and
+    // `structured_outputs`); at most one of them and `response_format`.
+    #[serde(default)]
+    pub grammar: Option<String>,
+    #[serde(default)]
+    pub json_schema: Option<Value>,
+    #[serde(default)]
+    pub guided_json: Option<Value>,
+    #[serde(default)]
+    pub guided_grammar: Option<String>,
+    #[serde(default)]
+    pub structured_outputs: Option<Value>,
 }
 
 /// `POST /v1/completions`.
@@ -129,6 +165,12 @@ pub struct ChatRequest {
     pub top_logprobs: Option<i64>,
     #[serde(default)]
     pub tools: Option<Value>,
+    /// End the prompt with the assistant's header (default true).
+    #[serde(default)]
+    pub add_generation_prompt: Option<bool>,
+    /// Continue the last message rather than start a new one.
+    #[serde(default)]
+    pub continue_final_message: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Default, PartialEq, Eq)]
@@ -299,7 +341,7 @@ mod tests {
     }
 
     #[test]
-    fn chat_requests_keep_openai_field_names_and_ignore_unknown_ones() {
+    fn chat_requests_keep_openai_field_names_and_leave_unknown_ones_to_the_field_list() {
         let r: ChatRequest = serde_json::from_str(
             r#"{"model":"m","messages":[{"role":"user","content":"x"}],"max_completion_tokens":5,
                 "logprobs":true,"top_logprobs":3,"stop":"\n","stream":true,

@@ -1,0 +1,623 @@
+//! Every request field of `/v1/completions` and `/v1/chat/completions`, in one list
+//! ([`FIELDS`]): what Kiln does with it (honoured, accepted as a no-op, or refused) and an
+//! example value. The list decides which fields are known (anything else is OpenAI's 400
+//! "Unrecognized request argument supplied", or a warning under `--lenient-params`), which
+//! are refused, and it is the table in `docs/serving.md` ([`markdown_table`]; a test checks
+//! the two are equal). Adding a field: one row here, its parsing in `wire.rs`, its effect in
+//! `params.rs` or the handler.
+
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+
+/// Which endpoint a body is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    Completions,
+    Chat,
+}
+
+/// Where a field is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum On {
+    Both,
+    Completions,
+    Chat,
+}
+
+impl On {
+    fn includes(self, e: Endpoint) -> bool {
+        matches!(
+            (self, e),
+            (On::Both, _) | (On::Completions, Endpoint::Completions) | (On::Chat, Endpoint::Chat)
+        )
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            On::Both => "both",
+            On::Completions => "completions",
+            On::Chat => "chat",
+        }
+    }
+}
+
+/// What Kiln does with a field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// It changes the answer as documented.
+    Honoured,
+    /// Accepted and documented as having no effect on a local server (`user`, `store`, …).
+    NoOp,
+    /// A 400 naming the field, except for the values [`accepted_anyway`] lists (the
+    /// defaults that ask for nothing, like `echo: false`).
+    Refused,
+}
+
+impl Status {
+    pub fn label(self) -> &'static str {
+        match self {
+            Status::Honoured => "honoured",
+            Status::NoOp => "no-op",
+            Status::Refused => "refused",
+        }
+    }
+}
+
+/// One request field.
+#[derive(Clone, Copy, Debug)]
+pub struct Field {
+    pub name: &'static str,
+    pub on: On,
+    pub status: Status,
+    /// A JSON value that exercises `status` (for a refused field, one that is refused).
+    pub example: &'static str,
+    pub meaning: &'static str,
+}
+
+const fn f(
+    name: &'static str,
+    on: On,
+    status: Status,
+    example: &'static str,
+    meaning: &'static str,
+) -> Field {
+    Field {
+        name,
+        on,
+        status,
+        example,
+        meaning,
+    }
+}
+
+use On::{Both, Chat, Completions};
+use Status::{Honoured, NoOp, Refused};
+
+/// Every field both endpoints know, OpenAI's first, then the llama.cpp / vLLM extensions.
+pub const FIELDS: &[Field] = &[
+    // OpenAI, both endpoints.
+    f(
+        "model",
+        Both,
+        Honoured,
+        r#""smollm2-135m""#,
+        "the served id or an alias; absent: the served model; else 404",
+    ),
+    f(
+        "max_tokens",
+        Both,
+        Honoured,
+        "4",
+        "most generated tokens (completions: default 16; chat: default the rest of the context)",
+    ),
+    f("temperature", Both, Honoured, "0.5", "0–2; 0 is greedy"),
+    f("top_p", Both, Honoured, "0.9", "nucleus sampling, (0, 1]"),
+    f(
+        "frequency_penalty",
+        Both,
+        Honoured,
+        "0.5",
+        "−2…2, over the last `repeat_last_n` tokens",
+    ),
+    f(
+        "presence_penalty",
+        Both,
+        Honoured,
+        "0.5",
+        "−2…2, over the last `repeat_last_n` tokens",
+    ),
+    f(
+        "stop",
+        Both,
+        Honoured,
+        r#"["\n\n"]"#,
+        "string or array (at most 16); never part of the returned text",
+    ),
+    f(
+        "seed",
+        Both,
+        Honoured,
+        "7",
+        "choice *i* is sampled with `seed + i` (default: random)",
+    ),
+    f(
+        "n",
+        Both,
+        Honoured,
+        "2",
+        "choices per prompt (1 … `--max-n`)",
+    ),
+    f("stream", Both, Honoured, "true", "server-sent events"),
+    f(
+        "stream_options",
+        Both,
+        Honoured,
+        r#"{"include_usage":true}"#,
+        "`include_usage`: a last chunk with `usage`",
+    ),
+    f(
+        "logit_bias",
+        Both,
+        Honoured,
+        r#"{"13":-100}"#,
+        "token id → −100…100; −100 bans the token",
+    ),
+    f(
+        "user",
+        Both,
+        NoOp,
+        r#""someone""#,
+        "an end-user id; nothing is stored",
+    ),
+    f(
+        "response_format",
+        Both,
+        Honoured,
+        r#"{"type":"json_object"}"#,
+        "`text`, `json_object`, `json_schema` (enforced by a grammar)",
+    ),
+    // OpenAI, completions.
+    f(
+        "prompt",
+        Completions,
+        Honoured,
+        r#""Hello""#,
+        "string, strings, token ids, or lists of token ids",
+    ),
+    f(
+        "logprobs",
+        Completions,
+        Honoured,
+        "2",
+        "0–20 alternatives per token (the legacy object)",
+    ),
+    f(
+        "echo",
+        Completions,
+        Refused,
+        "true",
+        "returning the prompt with the completion is not supported (`false` is accepted)",
+    ),
+    f(
+        "best_of",
+        Completions,
+        Refused,
+        "3",
+        "server-side best-of is not supported (`best_of` equal to `n` is accepted)",
+    ),
+    f(
+        "suffix",
+        Completions,
+        Refused,
+        r#""\n}""#,
+        "fill-in-the-middle is not supported (an empty string is accepted)",
+    ),
+    // OpenAI, chat.
+    f(
+        "messages",
+        Chat,
+        Honoured,
+        r#"[{"role":"user","content":"Hi"}]"#,
+        "rendered with the model's chat template; roles system, developer, user, assistant, tool, function; other roles are a 400",
+    ),
+    f(
+        "max_completion_tokens",
+        Chat,
+        Honoured,
+        "4",
+        "as `max_tokens` (wins over it)",
+    ),
+    f(
+        "logprobs",
+        Chat,
+        Honoured,
+        "true",
+        "`logprobs.content[]` per token",
+    ),
+    f(
+        "top_logprobs",
+        Chat,
+        Honoured,
+        "2",
+        "0–20 alternatives per token (needs `logprobs: true`)",
+    ),
+    f("metadata", Chat, NoOp, r#"{"k":"v"}"#, "nothing is stored"),
+    f("store", Chat, NoOp, "false", "nothing is stored"),
+    f("service_tier", Chat, NoOp, r#""auto""#, "one tier"),
+    f(
+        "safety_identifier",
+        Chat,
+        NoOp,
+        r#""someone""#,
+        "an end-user id; nothing is stored",
+    ),
+    f(
+        "prompt_cache_key",
+        Chat,
+        NoOp,
+        r#""k""#,
+        "the prefix cache is automatic",
+    ),
+    f(
+        "prediction",
+        Chat,
+        NoOp,
+        r#"{"type":"content","content":"x"}"#,
+        "a latency hint; the answer is the same without it",
+    ),
+    f(
+        "verbosity",
+        Chat,
+        NoOp,
+        r#""low""#,
+        "a hint for reasoning models; the prompt is not changed",
+    ),
+    f(
+        "modalities",
+        Chat,
+        Refused,
+        r#"["text","audio"]"#,
+        "text output only (`[\"text\"]` is accepted)",
+    ),
+    f(
+        "audio",
+        Chat,
+        Refused,
+        r#"{"voice":"alloy","format":"mp3"}"#,
+        "audio output is not supported",
+    ),
+    f(
+        "web_search_options",
+        Chat,
+        Refused,
+        "{}",
+        "web search is not supported",
+    ),
+    f(
+        "tools",
+        Chat,
+        Refused,
+        r#"[{"type":"function","function":{"name":"f"}}]"#,
+        "function calling is not supported (an empty list is accepted)",
+    ),
+    f(
+        "tool_choice",
+        Chat,
+        Refused,
+        r#""auto""#,
+        "function calling is not supported (`none` is accepted)",
+    ),
+    f(
+        "parallel_tool_calls",
+        Chat,
+        Refused,
+        "true",
+        "function calling is not supported",
+    ),
+    f(
+        "functions",
+        Chat,
+        Refused,
+        r#"[{"name":"f"}]"#,
+        "function calling is not supported",
+    ),
+    f(
+        "function_call",
+        Chat,
+        Refused,
+        r#""auto""#,
+        "function calling is not supported (`none` is accepted)",
+    ),
+    f(
+        "reasoning_effort",
+        Chat,
+        Refused,
+        r#""low""#,
+        "reasoning controls are not supported",
+    ),
+    f(
+        "chat_template_kwargs",
+        Chat,
+        Refused,
+        r#"{"enable_thinking":false}"#,
+        "template variables are not supported",
+    ),
+    // llama.cpp / vLLM extensions, both endpoints.
+    f(
+        "top_k",
+        Both,
+        Honoured,
+        "20",
+        "keep the k most likely tokens (0 disables)",
+    ),
+    f(
+        "min_p",
+        Both,
+        Honoured,
+        "0.05",
+        "drop tokens below this fraction of the best one's probability, 0–1",
+    ),
+    f(
+        "typical_p",
+        Both,
+        Honoured,
+        "0.9",
+        "locally typical sampling mass, 0–1 (1 disables)",
+    ),
+    f(
+        "repeat_penalty",
+        Both,
+        Honoured,
+        "1.1",
+        "llama.cpp's repetition penalty (> 0; 1 disables)",
+    ),
+    f(
+        "repetition_penalty",
+        Both,
+        Honoured,
+        "1.1",
+        "vLLM's name for `repeat_penalty` (give one of the two)",
+    ),
+    f(
+        "repeat_last_n",
+        Both,
+        Honoured,
+        "32",
+        "tokens the penalties look back over (0 disables, −1 the context)",
+    ),
+    f(
+        "dry_multiplier",
+        Both,
+        Honoured,
+        "0.8",
+        "DRY repetition penalty (0 disables)",
+    ),
+    f("dry_base", Both, Honoured, "1.75", "DRY base (≥ 1)"),
+    f(
+        "dry_allowed_length",
+        Both,
+        Honoured,
+        "2",
+        "repeats up to this long are not penalised by DRY",
+    ),
+    f(
+        "dry_penalty_last_n",
+        Both,
+        Honoured,
+        "64",
+        "tokens DRY scans (0 disables, −1 the context)",
+    ),
+    f(
+        "dry_sequence_breakers",
+        Both,
+        Honoured,
+        r#"["\n"]"#,
+        "strings that end a DRY match",
+    ),
+    f(
+        "grammar",
+        Both,
+        Honoured,
+        r#""root ::= \"yes\" | \"no\"""#,
+        "a GBNF grammar (rule `root`) the output must match",
+    ),
+    f(
+        "json_schema",
+        Both,
+        Honoured,
+        r#"{"type":"object"}"#,
+        "llama.cpp's: a JSON schema the output must match",
+    ),
+    f(
+        "guided_json",
+        Both,
+        Honoured,
+        r#"{"type":"object"}"#,
+        "vLLM's: a JSON schema (object or string)",
+    ),
+    f(
+        "guided_grammar",
+        Both,
+        Honoured,
+        r#""root ::= \"yes\" | \"no\"""#,
+        "vLLM's: a GBNF grammar",
+    ),
+    f(
+        "structured_outputs",
+        Both,
+        Honoured,
+        r#"{"choice":["yes","no"]}"#,
+        "vLLM's: one of `json`, `grammar`, `choice`, `json_object`",
+    ),
+    f(
+        "ignore_eos",
+        Both,
+        Honoured,
+        "true",
+        "keep generating past end-of-generation tokens up to `max_tokens`",
+    ),
+    // Extensions, chat.
+    f(
+        "add_generation_prompt",
+        Chat,
+        Honoured,
+        "false",
+        "end the prompt with the assistant header (default true)",
+    ),
+    f(
+        "continue_final_message",
+        Chat,
+        Honoured,
+        "true",
+        "continue the last message instead of starting a new one (not with `add_generation_prompt: true`)",
+    ),
+];
+
+/// The rows of `FIELDS` for one endpoint.
+pub fn of(endpoint: Endpoint) -> impl Iterator<Item = &'static Field> {
+    FIELDS.iter().filter(move |f| f.on.includes(endpoint))
+}
+
+/// A refused field's values that ask for nothing and are accepted (`obj` is the body).
+fn accepted_anyway(name: &str, v: &Value, obj: &Map<String, Value>) -> bool {
+    match name {
+        "echo" | "parallel_tool_calls" => v == &Value::Bool(false),
+        "best_of" => v.as_i64() == Some(obj.get("n").and_then(Value::as_i64).unwrap_or(1)),
+        "suffix" => v.as_str() == Some(""),
+        "tools" | "functions" => v.as_array().is_some_and(Vec::is_empty),
+        "tool_choice" | "function_call" => v.as_str() == Some("none"),
+        "modalities" => v.as_array().is_some_and(|a| a.iter().all(|m| m == "text")),
+        _ => false,
+    }
+}
+
+/// Checks a body's fields against [`FIELDS`]: an unknown field is a 400 (or, when
+/// `lenient`, removed and logged), a refused field with a value that asks for something is
+/// a 400 naming it. `null` counts as absent.
+pub fn check(endpoint: Endpoint, body: &mut Value, lenient: bool) -> Result<(), ApiError> {
+    let Some(obj) = body.as_object_mut() else {
+        return Err(ApiError::bad_request(
+            "the request body must be a JSON object",
+            None,
+        ));
+    };
+    let mut unknown = Vec::new();
+    for (name, v) in obj.iter() {
+        let Some(field) = of(endpoint).find(|f| f.name == name) else {
+            unknown.push(name.clone());
+            continue;
+        };
+        if field.status == Status::Refused && !v.is_null() && !accepted_anyway(name, v, obj) {
+            return Err(ApiError::bad_request(
+                format!("{name}: {}", field.meaning),
+                Some(field.name),
+            ));
+        }
+    }
+    if let Some(first) = unknown.first() {
+        if !lenient {
+            return Err(ApiError::bad_request(
+                format!("Unrecognized request argument supplied: {first}"),
+                None,
+            ));
+        }
+        for name in &unknown {
+            eprintln!(
+                "kiln serve: ignoring the unrecognized request argument {name:?} (--lenient-params)"
+            );
+            obj.remove(name);
+        }
+    }
+    Ok(())
+}
+
+/// The table of every field, as `docs/serving.md` has it.
+pub fn markdown_table() -> String {
+    let mut s = String::from("| field | endpoint | status | meaning |\n|---|---|---|---|\n");
+    for f in FIELDS {
+        s.push_str(&format!(
+            "| `{}` | {} | {} | {} |\n",
+            f.name,
+            f.on.label(),
+            f.status.label(),
+            f.meaning
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_serving_docs_table_is_the_field_list() {
+        let docs = include_str!("../../../docs/serving.md");
+        let table = markdown_table();
+        assert!(
+            docs.contains(&table),
+            "docs/serving.md must contain the field table exactly as fields::markdown_table() \
+             prints it:\n{table}"
+        );
+    }
+
+    #[test]
+    fn every_example_is_json_and_no_field_is_listed_twice_for_an_endpoint() {
+        for e in [Endpoint::Completions, Endpoint::Chat] {
+            let names: Vec<&str> = of(e).map(|f| f.name).collect();
+            let mut sorted = names.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            assert_eq!(sorted.len(), names.len(), "{e:?}: {names:?}");
+        }
+        for f in FIELDS {
+            let v: Value = serde_json::from_str(f.example)
+                .unwrap_or_else(|e| panic!("{}: example {:?}: {e}", f.name, f.example));
+            let mut obj = Map::new();
+            obj.insert(f.name.into(), v.clone());
+            if f.status == Status::Refused {
+                assert!(
+                    !accepted_anyway(f.name, &v, &obj),
+                    "{}: a refused field's example must be refused",
+                    f.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn an_unknown_field_is_openais_400_unless_lenient() {
+        let mut body = serde_json::json!({"prompt":"x","foo_bar":1});
+        let e = check(Endpoint::Completions, &mut body, false).unwrap_err();
+        assert_eq!(e.message, "Unrecognized request argument supplied: foo_bar");
+        check(Endpoint::Completions, &mut body, true).unwrap();
+        assert!(body.get("foo_bar").is_none());
+        // A chat-only field is unknown to completions.
+        let mut body = serde_json::json!({"prompt":"x","messages":[]});
+        assert!(check(Endpoint::Completions, &mut body, false).is_err());
+    }
+
+    #[test]
+    fn refused_fields_name_themselves_and_their_neutral_values_pass() {
+        let mut body = serde_json::json!({"messages":[],"tools":[{"type":"function"}]});
+        let e = check(Endpoint::Chat, &mut body, false).unwrap_err();
+        assert_eq!(e.param, Some("tools"));
+        for ok in [
+            serde_json::json!({"messages":[],"tools":[],"tool_choice":"none","modalities":["text"]}),
+            serde_json::json!({"messages":[],"audio":null}),
+        ] {
+            let mut b = ok.clone();
+            check(Endpoint::Chat, &mut b, false).unwrap_or_else(|e| panic!("{ok}: {e:?}"));
+        }
+        let mut body = serde_json::json!({"prompt":"x","n":2,"best_of":2,"echo":false});
+        check(Endpoint::Completions, &mut body, false).unwrap();
+        let mut body = serde_json::json!({"prompt":"x","best_of":2});
+        assert_eq!(
+            check(Endpoint::Completions, &mut body, false)
+                .unwrap_err()
+                .param,
+            Some("best_of")
+        );
+    }
+}
