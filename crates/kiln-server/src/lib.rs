@@ -21,6 +21,7 @@ mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 mod handlers;
+pub mod kv_events;
 pub mod metrics;
 mod params;
 mod routes;
@@ -29,5 +30,6 @@ mod stream;
 pub mod wire;
 
 pub use error::ApiError;
+pub use metrics::MetricsCompat;
 pub use routes::{ServerError, router, run, serve};
 pub use state::{AppState, Backend, ServerConfig};
