@@ -163,7 +163,12 @@ pub fn start(
         .enable_all()
         .build()
         .map_err(KvEventsError::Thread)?;
-    let mut socket = zeromq::PubSocket::new();
+    // The socket spawns its fan-out task on the runtime it is made in; the publisher
+    // thread drives that runtime from then on.
+    let mut socket = {
+        let _in_runtime = rt.enter();
+        zeromq::PubSocket::new()
+    };
     rt.block_on(async {
         if bind {
             socket.bind(&addr).await.map(|_| ())
