@@ -1,6 +1,7 @@
 //! `cargo xtask ci`: the single gate. The aarch64 (NEON) build check and kiln-quant's tests
 //! under qemu-user (installing the Rust target, the cross linker and qemu first when they
-//! are missing, and failing when they cannot be had), formatting, lints, the real models,
+//! are missing, and failing when they cannot be had), the Python modules of the tests'
+//! independent clients (installed with pip when missing), formatting, lints, the real models,
 //! then every test in the `ci` profile (release optimisation without LTO: model-level tests
 //! need optimised code).
 
@@ -66,6 +67,11 @@ pub fn run(skip: &[String]) -> Result<(), XtaskError> {
     } else {
         crate::aarch64::ci_step(&cargo)?;
     }
+    if skip.contains(&"python") {
+        eprintln!("xtask ci: skipping python");
+    } else {
+        ensure_python_modules()?;
+    }
     for step in STEPS {
         if skip.contains(&step.name) {
             eprintln!("xtask ci: skipping {}", step.name);
@@ -73,6 +79,56 @@ pub fn run(skip: &[String]) -> Result<(), XtaskError> {
         }
         eprintln!("xtask ci: {} (cargo {})", step.name, step.args.join(" "));
         run_step(step.name, step.name, Command::new(&cargo).args(step.args))?;
+    }
+    Ok(())
+}
+
+/// Python modules the tests run independent clients with (kiln-server's `tests/python/`
+/// and `deploy/check_deploy.py`): import name, PyPI name.
+const PYTHON_MODULES: &[(&str, &str)] = &[
+    ("prometheus_client", "prometheus_client"),
+    ("zmq", "pyzmq"),
+    ("msgpack", "msgpack"),
+    ("yaml", "pyyaml"),
+];
+
+/// Installs with `python3 -m pip install` the modules of [`PYTHON_MODULES`] that do not
+/// import; fails, naming them, when that cannot be done.
+fn ensure_python_modules() -> Result<(), XtaskError> {
+    let fail = |detail: String| XtaskError::StepFailed {
+        step: "python",
+        detail,
+    };
+    let imports = |m: &str| {
+        Command::new("python3")
+            .args(["-c", &format!("import {m}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    let missing: Vec<&str> = PYTHON_MODULES
+        .iter()
+        .filter(|(m, _)| !imports(m))
+        .map(|(_, pkg)| *pkg)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!("xtask ci: python3 -m pip install {}", missing.join(" "));
+    let status = Command::new("python3")
+        .args(["-m", "pip", "install", "--quiet"])
+        .args(&missing)
+        .status()
+        .map_err(|e| fail(format!("cannot run python3 -m pip: {e}")))?;
+    let still: Vec<&str> = PYTHON_MODULES
+        .iter()
+        .filter(|(m, _)| !imports(m))
+        .map(|(_, pkg)| *pkg)
+        .collect();
+    if !status.success() || !still.is_empty() {
+        return Err(fail(format!(
+            "pip install exited with {status}; still missing: {}",
+            still.join(", ")
+        )));
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! `kiln serve`: the OpenAI-compatible HTTP server (kiln-server) over a continuous-batching
 //! engine (kiln-engine). Binds first, answers `/health` with 503 while the model loads,
-//! then serves until Ctrl-C / SIGTERM, draining running requests for `--drain-timeout`.
+//! then serves until Ctrl-C / SIGTERM: `/health` turns 503 for `--shutdown-delay` while
+//! requests are still served, then running requests drain for `--drain-timeout`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -9,7 +10,7 @@ use std::time::Duration;
 use clap::Args;
 use kiln_engine::{Engine, EngineConfig};
 use kiln_model::KvType;
-use kiln_server::{Backend, ServerConfig};
+use kiln_server::{Backend, MetricsCompat, ServerConfig};
 
 use crate::args::chat::TemplateArgs;
 use crate::args::kv::parse_size;
@@ -76,6 +77,27 @@ pub struct ServeArgs {
     /// cancelled.
     #[arg(long, default_value_t = 10.0)]
     drain_timeout: f64,
+    /// Seconds to keep serving after SIGTERM with /health answering 503 (so load balancers
+    /// and routers stop sending requests here first), before the drain above begins.
+    #[arg(long, default_value_t = 0.0)]
+    shutdown_delay: f64,
+    /// Other engines' metric names /metrics publishes too: vllm (vllm:num_requests_waiting,
+    /// vllm:kv_cache_usage_perc, …, as routers read them) or none.
+    #[arg(long, default_value = "vllm", value_parser = MetricsCompat::parse)]
+    metrics_compat: MetricsCompat,
+    /// Publish KV-cache events (blocks entering and leaving the prefix cache) on a ZMQ PUB
+    /// socket in vLLM's format, for prefix-aware routers: tcp://*:PORT binds,
+    /// tcp://HOST:PORT connects.
+    #[arg(long, value_name = "ENDPOINT")]
+    kv_events: Option<String>,
+    /// The topic frame of every KV-event message (vLLM's default is empty; the Gateway API
+    /// Inference Extension expects kv@POD@MODEL).
+    #[arg(long, default_value = "", value_name = "TOPIC")]
+    kv_events_topic: String,
+    /// KV-event batches (one per scheduler step) queued for the publisher; when full, a
+    /// batch is dropped and counted rather than stalling the scheduler.
+    #[arg(long, default_value_t = 1024, value_name = "N")]
+    kv_events_queue: usize,
     /// A Jinja file to use as the chat template instead of the model's own.
     #[arg(long, value_name = "FILE")]
     chat_template: Option<PathBuf>,
@@ -228,10 +250,15 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
                 .into(),
         ));
     }
-    if !(args.drain_timeout.is_finite() && args.drain_timeout >= 0.0) {
-        return Err(CliError::Usage(
-            "--drain-timeout must be a number of seconds".into(),
-        ));
+    for (flag, v) in [
+        ("--drain-timeout", args.drain_timeout),
+        ("--shutdown-delay", args.shutdown_delay),
+    ] {
+        if !(v.is_finite() && (0.0..=86_400.0).contains(&v)) {
+            return Err(CliError::Usage(format!(
+                "{flag} must be a number of seconds from 0 to 86400 (got {v})"
+            )));
+        }
     }
     for (name, v) in [
         ("--header-timeout", args.header_timeout),
@@ -285,6 +312,8 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         header_timeout: Duration::from_secs_f64(args.header_timeout),
         body_timeout: Duration::from_secs_f64(args.body_timeout),
         max_connections: args.max_connections,
+        shutdown_delay: Duration::from_secs_f64(args.shutdown_delay),
+        metrics_compat: args.metrics_compat,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -336,12 +365,26 @@ fn load(args: &ServeArgs, threads: usize) -> Result<Backend, CliError> {
     if args.kv_memory.is_some() {
         cfg.kv.memory = args.kv_memory;
     }
+    if args.kv_events.is_some() {
+        cfg.kv_events = Some(args.kv_events_queue.max(1));
+    }
     let n_ctx = cfg.n_ctx;
     let shape = cfg.kv.config(model.config(), 0);
     let kv_blocks = cfg.kv.memory.map_or(0, |m| m / shape.block_bytes().max(1));
     let tokenizer = Arc::new(tokenizer);
     let engine = Engine::start(model, Arc::clone(&tokenizer), cfg)
         .map_err(|e| CliError::Usage(format!("cannot start the engine: {e}")))?;
+    if let (Some(endpoint), Some(rx)) = (&args.kv_events, engine.kv_events()) {
+        kiln_server::kv_events::start(
+            rx,
+            kiln_server::kv_events::KvEventsConfig {
+                endpoint: endpoint.clone(),
+                topic: args.kv_events_topic.clone(),
+            },
+        )
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+        eprintln!("kiln serve: KV-cache events on {endpoint}");
+    }
     let model_id = if path.to_string_lossy() == args.model.model {
         path.file_stem().map_or_else(
             || args.model.model.clone(),

@@ -29,6 +29,11 @@ pub struct EngineConfig {
     /// [`MIN_PREFILL_CHUNK`] tokens and a quarter of the target, at least one token). `0`
     /// disables the limit (steps use the whole `max_batch_tokens` budget).
     pub step_target_ms: f64,
+    /// Publish KV-cache events ([`crate::Engine::kv_events`]): each step's batch goes to a
+    /// queue of at most this many batches; when it is full the batch is dropped and
+    /// counted ([`crate::EngineMetrics::kv_event_batches_dropped`]), the scheduler never
+    /// waits. `None` (the default): no events are recorded.
+    pub kv_events: Option<usize>,
     /// Test-only fault injection (see [`FaultPlan`]). `None` (always, outside tests): the
     /// scheduler's only cost is one `Option` check per sampled token. Nothing a client
     /// sends can set it; `kiln serve` never does.
@@ -91,6 +96,7 @@ impl EngineConfig {
             },
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             step_target_ms: 200.0,
+            kv_events: None,
             fault: None,
             step_probe: None,
         }

@@ -9,7 +9,7 @@ use kiln_tokenizer::Tokenizer;
 
 use crate::channel::{Receiver, TryRecvError, channel};
 use crate::shared::{Inbox, Shared, Submission, lock};
-use crate::{EngineConfig, EngineError, EngineMetrics, Event, Request};
+use crate::{EngineConfig, EngineError, EngineMetrics, Event, KvEventBatch, Request};
 
 /// Stops the scheduler when the last [`Engine`] clone goes away.
 struct Owner {
@@ -53,7 +53,13 @@ impl Engine {
         // The cache's geometry is in the snapshot from the start, before the scheduler
         // thread publishes its first one (a /metrics scrape may come first).
         let initial = crate::scheduler::initial_metrics(&session);
+        let kv_events = config.kv_events.map(|cap| flume::bounded(cap.max(1)));
+        if kv_events.is_some() {
+            session.kv().set_prefix_events(true);
+        }
         let shared = Arc::new(Shared {
+            kv_events,
+            kv_events_dropped: AtomicU64::new(0),
             config,
             inbox: Mutex::new(Inbox::default()),
             wake: Condvar::new(),
@@ -146,7 +152,15 @@ impl Engine {
     pub fn metrics(&self) -> EngineMetrics {
         let mut m = lock(&self.shared().metrics).clone();
         m.waiting = self.shared().waiting.load(Ordering::Acquire);
+        m.kv_event_batches_dropped = self.shared().kv_events_dropped.load(Ordering::Relaxed);
         m
+    }
+
+    /// The KV-cache event batches, one per scheduler step that changed the prefix cache
+    /// (the first one is `AllBlocksCleared`), when `EngineConfig::kv_events` asked for
+    /// them; `None` otherwise. Receivers share one queue: each batch goes to one of them.
+    pub fn kv_events(&self) -> Option<flume::Receiver<KvEventBatch>> {
+        self.shared().kv_events.as_ref().map(|(_, rx)| rx.clone())
     }
 
     /// The settings the engine runs with.

@@ -16,6 +16,8 @@ pub struct EngineMetrics {
     pub kv_fragmentation: f64,
     pub prefix_queries: u64,
     pub prefix_hits: u64,
+    /// Prompt tokens looked up in the prefix cache (hits in tokens: `prefix_tokens_saved`).
+    pub prefix_query_tokens: u64,
     pub prefix_tokens_saved: u64,
     pub prefix_miss_short: u64,
     pub prefix_miss_evicted: u64,
@@ -28,6 +30,8 @@ pub struct EngineMetrics {
     /// Prompt tokens of admitted requests (counted once per request).
     pub prompt_tokens_total: u64,
     pub generated_tokens_total: u64,
+    /// KV-event batches dropped because their queue was full (the consumer fell behind).
+    pub kv_event_batches_dropped: u64,
     /// Scheduler steps (batched forward passes) run.
     pub steps: u64,
     pub ttft_seconds: Histogram,
@@ -35,6 +39,19 @@ pub struct EngineMetrics {
     pub queue_seconds: Histogram,
     /// Duration of each step (the batched forward pass plus sampling and sending).
     pub step_seconds: Histogram,
+}
+
+impl EngineMetrics {
+    /// KV blocks held by sequences over the pool's blocks, in 0–1 (cached blocks no
+    /// sequence holds count as free: a prefix hit or an eviction can take them). 0 for an
+    /// empty pool.
+    pub fn kv_usage_ratio(&self) -> f64 {
+        if self.kv_blocks_total == 0 {
+            0.0
+        } else {
+            (self.kv_blocks_used as f64 / self.kv_blocks_total as f64).clamp(0.0, 1.0)
+        }
+    }
 }
 
 impl Clone for EngineMetrics {

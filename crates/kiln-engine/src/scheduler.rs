@@ -38,7 +38,7 @@ use kiln_tokenizer::Tokenizer;
 use crate::cost::{Candidate, Row, StepCost, Work, prefill_chunks_into};
 use crate::sequence::{Outcome, Seq};
 use crate::shared::{Shared, Submission, lock};
-use crate::{EngineError, EngineMetrics, FinishReason, Histogram};
+use crate::{EngineError, EngineMetrics, FinishReason, Histogram, KvEvent, KvEventBatch};
 
 /// The scheduler's state.
 struct Sched<'t> {
@@ -137,6 +137,7 @@ pub(crate) fn run(shared: &Shared, session: Session, tok: &Tokenizer) {
     };
     let probe = shared.config.step_probe.clone();
     s.publish();
+    s.send_kv_events(vec![KvEvent::AllBlocksCleared]);
     loop {
         let (new, cancel, stop) = {
             let mut inbox = lock(&shared.inbox);
@@ -311,11 +312,37 @@ impl<'t> Sched<'t> {
     /// client that sees `Done` sees the metrics count it (and its blocks freed).
     fn flush(&mut self) {
         self.publish();
+        if self.shared.kv_events.is_some() {
+            let mut blocks = Vec::new();
+            self.session.kv().drain_prefix_events(&mut blocks);
+            if !blocks.is_empty() {
+                self.send_kv_events(blocks.into_iter().map(KvEvent::from).collect());
+            }
+        }
         let now = Instant::now();
         for (q, r) in self.outbox.drain(..) {
             match r {
                 Ok(f) => q.send_done(f, now),
                 Err(e) => q.send_error(e),
+            }
+        }
+    }
+
+    /// Queues one step's KV events without waiting: a full queue drops the batch (and
+    /// counts it).
+    fn send_kv_events(&self, events: Vec<KvEvent>) {
+        if let Some((tx, _)) = &self.shared.kv_events {
+            let batch = KvEventBatch {
+                ts: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64()),
+                block_size: self.session.kv().config().block_size,
+                events,
+            };
+            if tx.try_send(batch).is_err() {
+                self.shared
+                    .kv_events_dropped
+                    .fetch_add(1, Ordering::Relaxed);
             }
         }
     }
@@ -666,6 +693,7 @@ impl<'t> Sched<'t> {
         m.kv_fragmentation = st.waste();
         m.prefix_queries = st.prefix.queries;
         m.prefix_hits = st.prefix.hits;
+        m.prefix_query_tokens = st.prefix.tokens_queried;
         m.prefix_tokens_saved = st.prefix.tokens_saved;
         m.prefix_miss_short = st.prefix.miss_short;
         m.prefix_miss_evicted = st.prefix.miss_evicted;

@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use crate::channel::Sender;
-use crate::{EngineConfig, EngineMetrics, Event, Request};
+use crate::{EngineConfig, EngineMetrics, Event, KvEventBatch, Request};
 
 /// A request on its way to the scheduler.
 pub(crate) struct Submission {
@@ -36,6 +36,11 @@ pub(crate) struct Shared {
     pub inbox: Mutex<Inbox>,
     pub wake: Condvar,
     pub metrics: Mutex<EngineMetrics>,
+    /// The KV-event queue (when `config.kv_events` asks for one): the scheduler
+    /// `try_send`s each step's batch; [`crate::Engine::kv_events`] hands out receivers.
+    pub kv_events: Option<(flume::Sender<KvEventBatch>, flume::Receiver<KvEventBatch>)>,
+    /// Batches dropped because the queue was full.
+    pub kv_events_dropped: AtomicU64,
     /// Requests submitted and not yet admitted.
     pub waiting: AtomicUsize,
     pub next_id: AtomicU64,

@@ -10,7 +10,7 @@ use kiln_quant::attn::{hadamard_rotate, store_row};
 
 use crate::config::{KvConfig, PageLayout};
 use crate::pool::{NONE, Pool};
-use crate::prefix::{MissReason, PrefixIndex, chain_key};
+use crate::prefix::{MissReason, PrefixEvent, PrefixIndex, chain_key};
 use crate::view::LayerView;
 use crate::{KvError, KvType};
 
@@ -72,6 +72,10 @@ pub struct KvCache {
     /// Filled slots per block, the scratch of [`KvCache::stats`] (sized once, so reading
     /// the statistics allocates nothing).
     pub(crate) fill: std::sync::Mutex<Vec<u16>>,
+    /// Prefix events since the last [`KvCache::drain_prefix_events`], while recording
+    /// (`None`: not recording, nothing kept). Behind a mutex so a reader holding `&self`
+    /// can switch recording on and drain.
+    events: std::sync::Mutex<Option<Vec<PrefixEvent>>>,
 }
 
 impl KvCache {
@@ -105,6 +109,7 @@ impl KvCache {
             row,
             rot,
             fill: std::sync::Mutex::new(vec![0; cfg_n_blocks]),
+            events: std::sync::Mutex::new(None),
         })
     }
 
@@ -194,12 +199,53 @@ impl KvCache {
         self.pool.refs.get(b as usize).copied().unwrap_or(0)
     }
 
+    /// Starts (`true`) or stops recording [`PrefixEvent`]s: blocks entering the prefix
+    /// index ([`KvCache::commit`]) and leaving it (eviction). Off by default (nothing is
+    /// recorded nor allocated). Switching on drops nothing already cached: a consumer
+    /// starting late learns of the blocks stored from then on.
+    pub fn set_prefix_events(&self, on: bool) {
+        let mut e = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        match (on, e.is_some()) {
+            (true, false) => *e = Some(Vec::new()),
+            (false, true) => *e = None,
+            _ => {}
+        }
+    }
+
+    /// Moves the recorded prefix events, oldest first, to the end of `out`.
+    pub fn drain_prefix_events(&self, out: &mut Vec<PrefixEvent>) {
+        let mut e = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(ev) = e.as_mut() {
+            out.append(ev);
+        }
+    }
+
+    fn record(&mut self, event: impl FnOnce(&Self) -> PrefixEvent) {
+        let on = self
+            .events
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some();
+        if on {
+            let ev = event(self);
+            if let Some(v) = self
+                .events
+                .get_mut()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_mut()
+            {
+                v.push(ev);
+            }
+        }
+    }
+
     /// Takes a block from the pool, evicting an idle cached block if none is free.
     fn take_block(&mut self) -> Result<u32, KvError> {
         match self.pool.take() {
             Some((b, evicted)) => {
                 if let Some(key) = evicted {
                     self.prefix.evict(key);
+                    self.record(|_| PrefixEvent::Removed { key });
                 }
                 Ok(b)
             }
@@ -603,6 +649,12 @@ impl KvCache {
                 } else {
                     (parent, self.pool.generation[parent as usize])
                 };
+                let parent_key = (i > 0).then_some(parent_key);
+                self.record(|c| PrefixEvent::Stored {
+                    key,
+                    parent: parent_key,
+                    tokens: c.pool.block_tokens(b).to_vec(),
+                });
                 registered += 1;
             }
             self.seq_mut(seq)?.keys.push(key);
@@ -663,6 +715,7 @@ impl KvCache {
             self.pool.release(b);
         }
         self.prefix.stats.queries += 1;
+        self.prefix.stats.tokens_queried += tokens.len() as u64;
         let bs = self.cfg.block_size;
         let limit = max_tokens.min(tokens.len());
         if limit < bs {

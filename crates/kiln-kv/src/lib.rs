@@ -36,6 +36,6 @@ mod view;
 pub use cache::{KvCache, PrefixHit, SeqId};
 pub use config::{KvConfig, KvType, PageLayout};
 pub use error::KvError;
-pub use prefix::{MissReason, PrefixStats};
+pub use prefix::{MissReason, PrefixEvent, PrefixStats};
 pub use stats::{Fragmentation, KvStats};
 pub use view::LayerView;

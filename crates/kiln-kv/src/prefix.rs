@@ -15,6 +15,9 @@ pub struct PrefixStats {
     pub queries: u64,
     /// Lookups that reused at least one block.
     pub hits: u64,
+    /// Tokens looked up: the whole token list of every query (vLLM's "prefix cache
+    /// queries" count tokens, not lookups).
+    pub tokens_queried: u64,
     /// Tokens whose KV was reused instead of recomputed.
     pub tokens_saved: u64,
     /// Misses because the prompt was shorter than one block.
@@ -36,6 +39,24 @@ impl PrefixStats {
             self.hits as f64 / self.queries as f64
         }
     }
+}
+
+/// A change to the set of blocks the prefix cache can find, recorded (when asked for: see
+/// [`crate::KvCache::set_prefix_events`]) for routers that track which replica holds which
+/// prefix. A block's key is its prefix-index key, which chains its parent's key and its own
+/// token ids; a `Stored` block's parent was stored before it (a block only becomes findable
+/// once the blocks before it are).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PrefixEvent {
+    /// A full block became findable.
+    Stored {
+        key: u64,
+        /// The key of the block before it (`None` for a sequence's first block).
+        parent: Option<u64>,
+        tokens: Vec<u32>,
+    },
+    /// A block was evicted: its key finds nothing any more.
+    Removed { key: u64 },
 }
 
 /// Why a lookup reused nothing.

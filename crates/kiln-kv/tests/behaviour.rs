@@ -1,6 +1,6 @@
 //! Behaviour of the paged cache on small, hand-built cases.
 
-use kiln_kv::{KvCache, KvConfig, KvError, KvType, MissReason};
+use kiln_kv::{KvCache, KvConfig, KvError, KvType, MissReason, PrefixEvent};
 
 fn cfg(n_blocks: usize) -> KvConfig {
     KvConfig {
@@ -136,6 +136,10 @@ fn a_prefix_hit_shares_whole_verified_blocks() {
     assert_eq!(read_k(&c, b, 1, 7), [12.0, 7.0, 1.0, 0.0]);
     let st = c.stats().prefix;
     assert_eq!((st.queries, st.hits, st.tokens_saved), (1, 1, 8));
+    assert_eq!(
+        st.tokens_queried, 10,
+        "a query counts every token it looked up"
+    );
 
     // A different second block: only the first is shared.
     let d = c.create_sequence(16);
@@ -284,4 +288,71 @@ fn a_quantized_type_needs_whole_blocks_per_head() {
     k.k_type = KvType::Q8_0;
     let e = KvCache::new(k).err().expect("head of 4 values");
     assert!(e.to_string().contains("blocks of 32 values"), "{e}");
+}
+
+#[test]
+fn prefix_events_report_stored_blocks_parents_first_and_their_evictions() {
+    let mut ev = Vec::new();
+    // Not recording (the default): nothing kept.
+    let mut quiet = KvCache::new(cfg(2)).expect("cache");
+    let q = quiet.create_sequence(8);
+    fill(&mut quiet, q, &[1, 2, 3, 4], 0.0);
+    assert_eq!(quiet.commit(q).unwrap(), 1);
+    quiet.drain_prefix_events(&mut ev);
+    assert!(ev.is_empty(), "{ev:?}");
+
+    let mut c = KvCache::new(cfg(4)).expect("cache");
+    c.set_prefix_events(true);
+    let a = c.create_sequence(16);
+    fill(&mut c, a, &[1, 2, 3, 4], 0.0);
+    c.commit(a).unwrap();
+    c.free_sequence(a).unwrap();
+    let b = c.create_sequence(16);
+    fill(&mut c, b, &[5, 6, 7, 8, 9, 10, 11, 12, 13], 0.0);
+    assert_eq!(c.commit(b).unwrap(), 2);
+    c.drain_prefix_events(&mut ev);
+    let [
+        PrefixEvent::Stored {
+            key: ka,
+            parent: None,
+            tokens: ta,
+        },
+        PrefixEvent::Stored {
+            key: k1,
+            parent: None,
+            tokens: t1,
+        },
+        PrefixEvent::Stored {
+            key: k2,
+            parent: Some(p2),
+            tokens: t2,
+        },
+    ] = &ev[..]
+    else {
+        panic!("{ev:?}")
+    };
+    assert_eq!(ta, &[1, 2, 3, 4]);
+    assert_eq!(t1, &[5, 6, 7, 8]);
+    assert_eq!(t2, &[9, 10, 11, 12]);
+    assert_eq!(p2, k1, "a block names the block before it as its parent");
+    assert!(ka != k1 && k1 != k2);
+    let ka = *ka;
+    ev.clear();
+    c.free_sequence(b).unwrap();
+
+    // One free block (b's partial one) and three idle cached: a sequence of two blocks
+    // takes the free one, then evicts the least recently used cached one (a's).
+    let d = c.create_sequence(16);
+    fill(&mut c, d, &[20, 21, 22, 23, 24, 25, 26, 27], 0.0);
+    c.drain_prefix_events(&mut ev);
+    assert_eq!(ev, [PrefixEvent::Removed { key: ka }]);
+    assert_eq!(c.stats().prefix.evictions, 1);
+    // Draining again gives nothing new; switched off, nothing is recorded.
+    ev.clear();
+    c.drain_prefix_events(&mut ev);
+    assert!(ev.is_empty(), "{ev:?}");
+    c.set_prefix_events(false);
+    c.commit(d).unwrap();
+    c.drain_prefix_events(&mut ev);
+    assert!(ev.is_empty(), "{ev:?}");
 }

@@ -409,6 +409,85 @@ fn normalize_message(mut m: Value) -> Result<Value, ApiError> {
     Ok(m)
 }
 
+/// The engine requests of every choice, in order: (choice index, first choice of its
+/// prompt, request). Generation submits them; the render endpoints show their prompts.
+fn engine_requests(
+    state: &AppState,
+    b: &Backend,
+    p: &Params,
+    prompts: Vec<Vec<u32>>,
+    param: &'static str,
+) -> Result<Vec<(usize, bool, Request)>, ApiError> {
+    let n_ctx = b.engine.config().n_ctx;
+    let mut requests: Vec<(usize, bool, Request)> = Vec::new();
+    for (pi, prompt) in prompts.into_iter().enumerate() {
+        let rs = params::requests(p, prompt, n_ctx, state.config(), param)?;
+        for (j, r) in rs.into_iter().enumerate() {
+            requests.push((pi * p.n + j, j == 0, r));
+        }
+    }
+    Ok(requests)
+}
+
+/// The answer of the render endpoints: the token ids the engine would be given, one entry
+/// per prompt (the first prompt's also at the top level).
+fn rendered(b: &Backend, requests: Vec<(usize, bool, Request)>) -> Result<Response, ApiError> {
+    let prompts: Vec<Value> = requests
+        .into_iter()
+        .filter(|(_, first, _)| *first)
+        .map(|(_, _, r)| {
+            serde_json::json!({ "num_tokens": r.prompt.len(), "prompt_token_ids": r.prompt })
+        })
+        .collect();
+    let first = prompts
+        .first()
+        .map_or(Value::Null, |p| p["prompt_token_ids"].clone());
+    Ok(axum::Json(serde_json::json!({
+        "object": "render",
+        "model": b.model_id,
+        "prompt_token_ids": first,
+        "prompts": prompts,
+    }))
+    .into_response())
+}
+
+/// `POST /v1/completions/render`: the request validated and tokenized exactly as
+/// `/v1/completions` would (same code), answered with its token ids; nothing generated.
+pub async fn completions_render(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let r = async {
+        let bytes = body_bytes(body, state.config().max_body_bytes)?;
+        let req: CompletionRequest = parse_json(&bytes)?;
+        let b = ready(&state)?;
+        check_model(b, req.common.model.as_deref())?;
+        let (p, prompts, _) = prepare_completion(req, &b.tokenizer, state.config())?;
+        rendered(b, engine_requests(&state, b, &p, prompts, "prompt")?)
+    }
+    .await;
+    finish(&state, r)
+}
+
+/// `POST /v1/chat/completions/render`: the messages rendered with the chat template and
+/// tokenized exactly as `/v1/chat/completions` would (same code); nothing generated.
+pub async fn chat_render(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let r = async {
+        let bytes = body_bytes(body, state.config().max_body_bytes)?;
+        let req: ChatRequest = parse_json(&bytes)?;
+        let b = ready(&state)?;
+        check_model(b, req.common.model.as_deref())?;
+        let (p, prompt, _) =
+            prepare_chat(req, &b.tokenizer, b.template.as_deref(), state.config())?;
+        rendered(b, engine_requests(&state, b, &p, vec![prompt], "messages")?)
+    }
+    .await;
+    finish(&state, r)
+}
+
 /// Submits every choice and answers: a stream, or one body once all are done.
 async fn respond(
     state: &AppState,
@@ -418,14 +497,7 @@ async fn respond(
     ctx: StreamCtx,
     param: &'static str,
 ) -> Result<Response, ApiError> {
-    let n_ctx = b.engine.config().n_ctx;
-    let mut requests: Vec<(usize, bool, Request)> = Vec::new();
-    for (pi, prompt) in prompts.into_iter().enumerate() {
-        let rs = params::requests(p, prompt, n_ctx, state.config(), param)?;
-        for (j, r) in rs.into_iter().enumerate() {
-            requests.push((pi * p.n + j, j == 0, r));
-        }
-    }
+    let requests = engine_requests(state, b, p, prompts, param)?;
     // Held until the answer is sent (or its stream ends or is dropped).
     let slot = state.admit()?;
     // Submitted all or none: an error drops (cancels) the handles already made.
@@ -557,17 +629,30 @@ async fn collect(ctx: StreamCtx, choices: Vec<Choice>) -> Result<Response, ApiEr
         .into_response())
 }
 
+/// `GET /v1/models`: the served model and each other name a request may use for it, with
+/// the context length (`max_model_len`, as vLLM lists it).
 pub async fn models(State(state): State<AppState>) -> Response {
-    let data = state
-        .backend()
-        .map(|b| ModelCard {
-            id: b.model_id.clone(),
+    let mut data = Vec::new();
+    if let Some(b) = state.backend() {
+        let max_model_len = b.engine.config().n_ctx;
+        let card = |id: &str| ModelCard {
+            id: id.to_string(),
             object: "model",
             created: state.0.created,
             owned_by: "kiln",
-        })
-        .into_iter()
-        .collect();
+            root: b.model_id.clone(),
+            parent: None,
+            max_model_len,
+        };
+        data.push(card(&b.model_id));
+        for a in &b.aliases {
+            if !data.iter().any(|c: &ModelCard| &c.id == a) {
+                let mut c = card(a);
+                c.parent = Some(b.model_id.clone());
+                data.push(c);
+            }
+        }
+    }
     axum::Json(ModelList {
         object: "list",
         data,
@@ -575,8 +660,14 @@ pub async fn models(State(state): State<AppState>) -> Response {
     .into_response()
 }
 
+/// `GET /health/live`: the process answers (200 even while loading or shutting down; a
+/// liveness probe must not restart a replica that is draining).
+pub async fn live() -> Response {
+    axum::Json(serde_json::json!({ "status": "alive" })).into_response()
+}
+
 pub async fn health(State(state): State<AppState>) -> Response {
-    let (status, word) = if state.is_shutting_down() {
+    let (status, word) = if state.is_leaving() {
         (StatusCode::SERVICE_UNAVAILABLE, "shutting_down")
     } else if state.backend().is_none() {
         (StatusCode::SERVICE_UNAVAILABLE, "loading")
@@ -591,7 +682,12 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
         .backend()
         .map(|b| b.engine.metrics())
         .unwrap_or_default();
-    let text = crate::metrics::render(&snapshot, &state.counters(), state.backend().is_none());
+    // The engine's last published snapshot: a scrape never waits for a scheduler step.
+    let mut text = crate::metrics::render(&snapshot, &state.counters(), state.backend().is_none());
+    if state.config().metrics_compat == crate::metrics::MetricsCompat::Vllm {
+        let model = state.backend().map_or("", |b| b.model_id.as_str());
+        crate::metrics::render_vllm(&mut text, &snapshot, model);
+    }
     (
         [(
             axum::http::header::CONTENT_TYPE,
@@ -605,7 +701,7 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
 pub async fn not_found() -> Response {
     ApiError {
         status: StatusCode::NOT_FOUND,
-        message: "no such endpoint (try /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics)".into(),
+        message: "no such endpoint (try /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics, /v1/completions/render)".into(),
         kind: "invalid_request_error",
         param: None,
         code: Some("unknown_url"),

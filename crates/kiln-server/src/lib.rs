@@ -24,6 +24,7 @@ pub mod fields;
 pub mod fuzzing;
 mod guard;
 mod handlers;
+pub mod kv_events;
 pub mod metrics;
 mod params;
 mod routes;
@@ -33,5 +34,6 @@ mod utility;
 pub mod wire;
 
 pub use error::ApiError;
+pub use metrics::MetricsCompat;
 pub use routes::{ServerError, router, run, serve};
 pub use state::{AppState, Backend, ServerConfig, openai_sampling_defaults};

@@ -4,6 +4,30 @@ use std::fmt::Write;
 
 use kiln_engine::{EngineMetrics, Histogram};
 
+/// Which other engines' metric names `/metrics` also publishes, beside Kiln's own.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MetricsCompat {
+    /// vLLM's names (`vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc`, …), which
+    /// routers and the Gateway API Inference Extension read by default.
+    #[default]
+    Vllm,
+    /// Kiln's names only.
+    None,
+}
+
+impl MetricsCompat {
+    /// Parses `vllm` or `none`.
+    pub fn parse(s: &str) -> Result<MetricsCompat, String> {
+        match s {
+            "vllm" => Ok(MetricsCompat::Vllm),
+            "none" => Ok(MetricsCompat::None),
+            other => Err(format!(
+                "unknown metrics compatibility {other:?} (supported: vllm, none)"
+            )),
+        }
+    }
+}
+
 /// Counters the server keeps itself (requests it refused before the engine saw them, …).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ServerCounters {
@@ -25,6 +49,13 @@ fn counter(out: &mut String, name: &str, help: &str, value: u64) {
         out,
         "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
     );
+}
+
+/// A label value as the text format wants it (backslash, quote and newline escaped).
+fn label_value(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 fn labelled_counter(out: &mut String, name: &str, help: &str, label: &str, values: &[(&str, u64)]) {
@@ -85,6 +116,12 @@ pub fn render(m: &EngineMetrics, s: &ServerCounters, loading: bool) -> String {
     );
     gauge(
         &mut o,
+        "kiln_kv_cache_usage_ratio",
+        "KV cache blocks held by sequences over the pool's blocks, 0-1 (cached blocks no sequence holds count as free).",
+        m.kv_usage_ratio(),
+    );
+    gauge(
+        &mut o,
         "kiln_kv_fragmentation_ratio",
         "Allocated but unused token slots over allocated slots.",
         m.kv_fragmentation,
@@ -100,6 +137,12 @@ pub fn render(m: &EngineMetrics, s: &ServerCounters, loading: bool) -> String {
         "kiln_prefix_cache_hits_total",
         "Prefix-cache lookups that reused at least one block.",
         m.prefix_hits,
+    );
+    counter(
+        &mut o,
+        "kiln_prefix_cache_query_tokens_total",
+        "Prompt tokens looked up in the prefix cache (the tokens found: kiln_prefix_cache_tokens_saved_total).",
+        m.prefix_query_tokens,
     );
     labelled_counter(
         &mut o,
@@ -146,6 +189,12 @@ pub fn render(m: &EngineMetrics, s: &ServerCounters, loading: bool) -> String {
         "kiln_generation_tokens_total",
         "Tokens generated.",
         m.generated_tokens_total,
+    );
+    counter(
+        &mut o,
+        "kiln_kv_event_batches_dropped_total",
+        "KV-cache event batches dropped because their queue was full (the publisher fell behind).",
+        m.kv_event_batches_dropped,
     );
     counter(
         &mut o,
@@ -197,6 +246,74 @@ pub fn render(m: &EngineMetrics, s: &ServerCounters, loading: bool) -> String {
         s.client_disconnects,
     );
     o
+}
+
+/// vLLM's names for the figures routers read, each with vLLM's `model_name` label:
+/// requests running and waiting, KV usage in 0–1 (under its current name and its older
+/// `gpu_` one), the cache's geometry as `cache_config_info` labels, and prefix-cache
+/// queries and hits counted in tokens. Appended after [`render`]'s text.
+pub fn render_vllm(out: &mut String, m: &EngineMetrics, model_name: &str) {
+    let model = label_value(model_name);
+    let mut family = |name: &str, kind: &str, help: &str, labels: &str, value: f64| {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{{labels}}} {value}"
+        );
+    };
+    let ml = format!("model_name=\"{model}\"");
+    family(
+        "vllm:num_requests_running",
+        "gauge",
+        "Number of requests in model execution batches.",
+        &ml,
+        m.running as f64,
+    );
+    family(
+        "vllm:num_requests_waiting",
+        "gauge",
+        "Number of requests waiting to be processed.",
+        &ml,
+        m.waiting as f64,
+    );
+    let usage = m.kv_usage_ratio();
+    family(
+        "vllm:kv_cache_usage_perc",
+        "gauge",
+        "KV-cache usage. 1 means 100 percent usage.",
+        &ml,
+        usage,
+    );
+    family(
+        "vllm:gpu_cache_usage_perc",
+        "gauge",
+        "KV-cache usage (older name). 1 means 100 percent usage.",
+        &ml,
+        usage,
+    );
+    family(
+        "vllm:cache_config_info",
+        "gauge",
+        "Information of the KV cache config.",
+        &format!(
+            "{ml},block_size=\"{}\",num_gpu_blocks=\"{}\"",
+            m.kv_block_tokens, m.kv_blocks_total
+        ),
+        1.0,
+    );
+    family(
+        "vllm:prefix_cache_queries_total",
+        "counter",
+        "Prefix cache queries, in terms of number of queried tokens.",
+        &ml,
+        m.prefix_query_tokens as f64,
+    );
+    family(
+        "vllm:prefix_cache_hits_total",
+        "counter",
+        "Prefix cache hits, in terms of number of cached tokens.",
+        &ml,
+        m.prefix_tokens_saved as f64,
+    );
 }
 
 /// Parses exposition text into `(name with labels, value)` pairs (for tests and the

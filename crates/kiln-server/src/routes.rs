@@ -13,7 +13,8 @@ use axum::routing::{get, post};
 use crate::state::{AppState, Backend, ServerConfig};
 use crate::{guard, handlers, utility};
 
-/// The routes: `/v1/completions`, `/v1/chat/completions`, `/v1/models`, `/health`,
+/// The routes: `/v1/completions`, `/v1/chat/completions` (and their `/render`, the token
+/// ids without generating), `/v1/models`, `/health` (readiness), `/health/live`,
 /// `/metrics`, `/tokenize`, `/detokenize`, `/apply-template`; behind CORS, the API key
 /// check and the body read timeout (`guard.rs`).
 pub fn router(state: AppState) -> Router {
@@ -21,8 +22,11 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/completions", post(handlers::completions))
         .route("/v1/chat/completions", post(handlers::chat))
+        .route("/v1/completions/render", post(handlers::completions_render))
+        .route("/v1/chat/completions/render", post(handlers::chat_render))
         .route("/v1/models", get(handlers::models))
         .route("/health", get(handlers::health))
+        .route("/health/live", get(handlers::live))
         .route("/metrics", get(handlers::metrics))
         .route("/tokenize", post(utility::tokenize))
         .route("/detokenize", post(utility::detokenize))
@@ -50,8 +54,8 @@ pub enum ServerError {
     Load(String),
 }
 
-/// Serves `router(state)` on `listener` until `shutdown` resolves; then refuses new
-/// requests (503), lets running ones finish for up to `drain_timeout`, cancels what is
+/// Serves `router(state)` on `listener` until `shutdown` resolves; then answers `/health`
+/// with 503 while still serving for `shutdown_delay`; then refuses new requests (503), lets running ones finish for up to `drain_timeout`, cancels what is
 /// left, and stops the engine.
 pub async fn run(
     listener: tokio::net::TcpListener,
@@ -62,6 +66,13 @@ pub async fn run(
     let st = state.clone();
     let signal = async move {
         shutdown.await;
+        // Out of rotation first: `/health` says 503 while requests are still served for
+        // the shutdown delay, so what routers sent before they noticed is not lost.
+        st.begin_leaving();
+        let delay = st.config().shutdown_delay;
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
         st.begin_shutdown();
         let drain = st.config().drain_timeout;
         tokio::spawn(async move {

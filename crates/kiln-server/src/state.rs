@@ -10,7 +10,7 @@ use kiln_engine::{Engine, SamplerConfig};
 use kiln_tokenizer::Tokenizer;
 use kiln_tokenizer::chat::ChatTemplate;
 
-use crate::metrics::ServerCounters;
+use crate::metrics::{MetricsCompat, ServerCounters};
 
 /// How the server listens and guards itself. The request limits live here (and the
 /// engine's in `kiln_engine::EngineConfig`: `n_ctx`, `max_queue`); `docs/serving.md` has
@@ -53,6 +53,12 @@ pub struct ServerConfig {
     pub body_timeout: Duration,
     /// The most open connections; more are closed as soon as they are accepted.
     pub max_connections: usize,
+    /// After Ctrl-C / SIGTERM, the server keeps serving for this long with `/health`
+    /// answering 503 (so load balancers take it out of rotation while requests they
+    /// already routed here still succeed); then the drain above begins.
+    pub shutdown_delay: Duration,
+    /// Which other engines' metric names `/metrics` also publishes.
+    pub metrics_compat: MetricsCompat,
 }
 
 /// OpenAI's sampling defaults: temperature 1, top_p 1, nothing else.
@@ -84,6 +90,8 @@ impl Default for ServerConfig {
             header_timeout: Duration::from_secs(30),
             body_timeout: Duration::from_secs(60),
             max_connections: 1024,
+            shutdown_delay: Duration::ZERO,
+            metrics_compat: MetricsCompat::Vllm,
         }
     }
 }
@@ -114,6 +122,9 @@ pub(crate) struct Shared {
     pub config: ServerConfig,
     pub backend: OnceLock<Backend>,
     pub shutting_down: AtomicBool,
+    /// A termination signal came: `/health` answers 503 while requests are still served
+    /// (the shutdown delay).
+    pub leaving: AtomicBool,
     pub created: u64,
     pub next_id: AtomicU64,
     pub counters: Mutex<ServerCounters>,
@@ -142,6 +153,7 @@ impl AppState {
             config,
             backend: OnceLock::new(),
             shutting_down: AtomicBool::new(false),
+            leaving: AtomicBool::new(false),
             created: unix_now(),
             next_id: AtomicU64::new(1),
             counters: Mutex::new(ServerCounters::default()),
@@ -172,6 +184,17 @@ impl AppState {
     /// New requests are refused with 503 from now on.
     pub fn begin_shutdown(&self) {
         self.0.shutting_down.store(true, Ordering::SeqCst);
+    }
+
+    /// `/health` answers 503 from now on, while requests are still served (so load
+    /// balancers stop routing here before the server stops accepting).
+    pub fn begin_leaving(&self) {
+        self.0.leaving.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether `/health` should send load balancers elsewhere (leaving or shutting down).
+    pub fn is_leaving(&self) -> bool {
+        self.0.leaving.load(Ordering::SeqCst) || self.is_shutting_down()
     }
 
     pub fn is_shutting_down(&self) -> bool {

@@ -313,6 +313,12 @@ pub struct ModelCard {
     pub object: &'static str,
     pub created: u64,
     pub owned_by: &'static str,
+    /// The served model this name stands for.
+    pub root: String,
+    /// For an alias: the served model's id.
+    pub parent: Option<String>,
+    /// Most tokens per request (prompt plus completion).
+    pub max_model_len: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
