@@ -17,6 +17,8 @@ pub enum CliError {
     #[error(transparent)]
     Grammar(#[from] kiln_sample::MatchError),
     #[error(transparent)]
+    Spec(#[from] kiln_spec::SpecError),
+    #[error(transparent)]
     Bench(#[from] kiln_bench::BenchError),
     #[error(transparent)]
     Chat(#[from] kiln_tokenizer::chat::ChatError),

@@ -8,6 +8,7 @@ use std::time::Instant;
 use clap::Args;
 use kiln_model::Logits;
 use kiln_sample::{GrammarCache, Matcher, Sampler, StopReason, TokenLogprob, top_logprobs};
+use kiln_spec::SpecConfig;
 use kiln_tokenizer::StreamDecoder;
 use serde::Serialize;
 
@@ -46,6 +47,8 @@ pub struct GenerateArgs {
     sampling: crate::args::sampling::SamplingArgs,
     #[command(flatten)]
     chat: crate::args::chat::ChatArgs,
+    #[command(flatten)]
+    spec: crate::args::spec::SpecArgs,
 }
 
 #[derive(Serialize)]
@@ -82,6 +85,20 @@ struct Timings {
     /// Mean time to compute the grammar mask per constrained step.
     #[serde(skip_serializing_if = "Option::is_none")]
     grammar_mask_ms: Option<f64>,
+    /// Speculative decoding's counters, with --spec.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    speculative: Option<SpecOut>,
+}
+
+#[derive(Serialize)]
+struct SpecOut {
+    method: &'static str,
+    drafted: u64,
+    accepted: u64,
+    acceptance_rate: f64,
+    mean_accepted_length: f64,
+    /// Target passes (one per emitted token without speculation).
+    passes: u64,
 }
 
 pub fn run(args: GenerateArgs) -> Result<(), CliError> {
@@ -105,11 +122,14 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
     let pool = crate::threads::pool(threads)?;
 
     let t_load = Instant::now();
-    let crate::args::model::Loaded { model, tokenizer } = args.model.load()?;
+    let loaded = args.model.load()?;
+    let spec_cfg = args.spec.config()?;
     let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
 
+    let crate::args::model::Loaded { model, tokenizer } = &loaded;
+    let (model, tokenizer) = (Arc::clone(model), tokenizer);
     let Some(prompt_tokens) =
-        crate::chat::prompt_tokens(&args.chat, &prompt, &tokenizer, &model, &args.model)?
+        crate::chat::prompt_tokens(&args.chat, &prompt, tokenizer, &model, &args.model)?
     else {
         return Ok(()); // --print-prompt
     };
@@ -130,7 +150,13 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
     }
     let n_predict = args.n_predict.min(n_ctx - prompt_tokens.len());
     let sampler_cfg = args.sampling.config(n_ctx)?;
-    let vocab = kiln_engine::sampler_vocab(&tokenizer);
+    let vocab = kiln_engine::sampler_vocab(tokenizer);
+    let mut spec = args.spec.decoder(&loaded, n_ctx, sampler_cfg.seed)?;
+    if spec.is_some() && args.kv.samples > 1 {
+        return Err(CliError::Usage(
+            "--spec does not yet work with --samples".into(),
+        ));
+    }
     let matcher = match grammar {
         Some(g) => Some(Matcher::new(g, Arc::clone(&vocab))?),
         None => None,
@@ -146,7 +172,7 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
         }
         if args.kv.samples > 1 {
             let run = crate::samples::SampleRun {
-                tokenizer: &tokenizer,
+                tokenizer,
                 prompt: &prompt_tokens,
                 sampler: &sampler_cfg,
                 samples: args.kv.samples,
@@ -165,7 +191,7 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
         }
         let stdout = std::io::stdout();
         let mut out = stdout.lock();
-        let mut decoder = StreamDecoder::continuing(&tokenizer);
+        let mut decoder = StreamDecoder::continuing(tokenizer);
         let mut alts: Vec<TokenLogprob> = Vec::with_capacity(args.top_logprobs);
         let mut json_tokens = Vec::new();
         let mut text = String::new();
@@ -178,9 +204,8 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
 
         let t_gen = Instant::now();
         let mut generated = 0usize;
-        while generated < n_predict {
-            let id = sampler.try_sample(logits)?;
-            generated += 1;
+        // Streams one chosen token (chosen from `logits`); true when generation stops.
+        let mut handle = |id: u32, logits: &[f32], grammar_done: bool| -> Result<bool, CliError> {
             if args.json {
                 let lp = top_logprobs(logits, id, args.top_logprobs, &mut alts);
                 json_tokens.push(JsonToken {
@@ -190,10 +215,9 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
                     top_logprobs: alts.iter().map(|a| JsonAlt { id: a.id, logprob: a.logprob }).collect(),
                 });
             }
-            let grammar_done = sampler.matcher().is_some_and(|m| m.is_finished());
             if (tokenizer.is_eog(id) && !args.ignore_eos) || grammar_done {
                 stop_reason = StopReason::EndOfGeneration { token: id };
-                break;
+                return Ok(true);
             }
             let piece = decoder.push(id);
             emit.clear();
@@ -206,13 +230,55 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
             }
             if let Some(index) = hit {
                 stop_reason = StopReason::StopString { index };
-                break;
+                return Ok(true);
             }
-            sampler.accept(id);
-            if generated == n_predict {
-                break;
+            Ok(false)
+        };
+        let mut passes = 1u64;
+        match spec.as_mut() {
+            None => {
+                while generated < n_predict {
+                    let id = sampler.try_sample(logits)?;
+                    generated += 1;
+                    let grammar_done = sampler.matcher().is_some_and(|m| m.is_finished());
+                    if handle(id, logits, grammar_done)? {
+                        break;
+                    }
+                    sampler.accept(id);
+                    if generated == n_predict {
+                        break;
+                    }
+                    logits = session.forward(&[id], Logits::Last)?;
+                    passes += 1;
+                }
             }
-            logits = session.forward(&[id], Logits::Last)?;
+            Some(spec) => {
+                // The first token comes from the prompt's pass; then each pass scores a
+                // draft and emits the accepted tokens plus the target's own.
+                let first = sampler.try_sample(logits)?;
+                generated += 1;
+                let grammar_done = sampler.matcher().is_some_and(|m| m.is_finished());
+                let mut stopped = handle(first, logits, grammar_done)?;
+                sampler.accept(first);
+                let mut history = prompt_tokens.clone();
+                history.push(first);
+                let mut step = Vec::with_capacity(SpecConfig::DRAFT_MAX_LIMIT + 1);
+                let ends = |id: u32| tokenizer.is_eog(id) && !args.ignore_eos;
+                while !stopped && generated < n_predict {
+                    spec.step(&mut session, &mut sampler, &history, n_predict - generated, &ends, &mut step)?;
+                    passes += 1;
+                    for (i, &id) in step.iter().enumerate() {
+                        generated += 1;
+                        let grammar_done = i + 1 == step.len()
+                            && sampler.matcher().is_some_and(|m| m.is_finished());
+                        if handle(id, spec.logits(i), grammar_done)? {
+                            stopped = true;
+                            break;
+                        }
+                    }
+                    history.extend_from_slice(&step);
+                }
+            }
         }
         let mut tail = String::new();
         if !matches!(stop_reason, StopReason::StopString { .. }) {
@@ -231,6 +297,17 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
             predicted_per_second: generated as f64 / gen_s.max(1e-9),
             grammar_mask_ms: (mask.steps > 0)
                 .then(|| mask.total.as_secs_f64() * 1e3 / mask.steps as f64),
+            speculative: spec.as_ref().zip(spec_cfg.as_ref()).map(|(d, c)| {
+                let st = d.stats();
+                SpecOut {
+                    method: c.method.as_str(),
+                    drafted: st.drafted,
+                    accepted: st.accepted,
+                    acceptance_rate: st.acceptance_rate(),
+                    mean_accepted_length: st.mean_accepted_length(),
+                    passes,
+                }
+            }),
         };
         if args.json {
             text.push_str(&tail);
@@ -250,6 +327,12 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
                 "load {:.0} ms | prompt {} tokens, {:.1} tokens/s | generated {} tokens, {:.1} tokens/s | {} threads | stop: {}",
                 timings.load_ms, timings.prompt_n, timings.prompt_per_second, timings.predicted_n, timings.predicted_per_second, threads, stop_reason.as_str()
             );
+            if let Some(sp) = &timings.speculative {
+                eprintln!(
+                    "speculative ({}): drafted {}, accepted {} ({:.1}%), mean accepted length {:.2}, {} target passes for {} tokens",
+                    sp.method, sp.drafted, sp.accepted, 100.0 * sp.acceptance_rate, sp.mean_accepted_length, sp.passes, timings.predicted_n
+                );
+            }
             if mask.steps > 0 {
                 eprintln!(
                     "grammar mask: {} steps, mean {:.3} ms, max {:.3} ms",

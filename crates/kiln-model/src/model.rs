@@ -79,6 +79,8 @@ enum OutRows {
     LastOfRows,
     /// Every token (one row only) into `logits[r * vocab..]`.
     AllFrom(usize),
+    /// Every token of every row that asks for logits, packed in row order from 0.
+    AllOfRows,
 }
 
 impl Model {
@@ -496,7 +498,7 @@ impl Session {
                     0
                 },
             };
-            self.forward_rows(&[row], out)?;
+            self.forward_rows(&[row], out, true)?;
             done += chunk.len();
         }
         Ok(match mode {
@@ -516,6 +518,19 @@ impl Session {
     /// rows' tokens must fit the session's `n_batch` together, each sequence may appear
     /// once, and no row may be empty. On an error no row's positions are kept.
     pub fn forward_batch(&mut self, rows: &[BatchSeq<'_>]) -> Result<&[f32], ModelError> {
+        self.forward_batch_checked(rows)?;
+        let vocab = self.model.config().vocab_size;
+        if rows.is_empty() {
+            return Ok(&self.s.logits[..0]);
+        }
+        self.forward_rows(rows, OutRows::LastOfRows, true)?;
+        let n_out = rows.iter().filter(|r| r.logits).count();
+        Ok(&self.s.logits[..n_out * vocab])
+    }
+
+    /// Checks a batch's rows: within `n_batch`, no empty row, no sequence twice, within
+    /// the context, every token in the vocabulary.
+    fn forward_batch_checked(&self, rows: &[BatchSeq<'_>]) -> Result<(), ModelError> {
         let vocab = self.model.config().vocab_size;
         let total: usize = rows.iter().map(|r| r.tokens.len()).sum();
         if total > self.n_batch {
@@ -548,12 +563,39 @@ impl Session {
                 return Err(ModelError::TokenOutOfRange { id, vocab });
             }
         }
+        Ok(())
+    }
+
+    /// [`Session::forward_batch`] for scoring drafted tokens (speculative decoding): a row
+    /// with `logits: true` returns the logits of *every* one of its tokens, `vocab` values
+    /// each, packed in row order. A row `[last, d1, …, dk]` with `prompt_rows: 0` runs every
+    /// token in the one-row (decode) arithmetic, so its logits are bit-identical to those of
+    /// `k + 1` single-token decode steps.
+    ///
+    /// The pass makes none of its pages findable by the prefix cache: rejected tokens must
+    /// never be served to another request. Call [`Session::settle`] on every row's sequence
+    /// afterwards, with the positions it keeps.
+    pub fn forward_scored(&mut self, rows: &[BatchSeq<'_>]) -> Result<&[f32], ModelError> {
+        self.forward_batch_checked(rows)?;
         if rows.is_empty() {
             return Ok(&self.s.logits[..0]);
         }
-        self.forward_rows(rows, OutRows::LastOfRows)?;
-        let n_out = rows.iter().filter(|r| r.logits).count();
+        let vocab = self.model.config().vocab_size;
+        let n_out: usize = rows
+            .iter()
+            .filter(|r| r.logits)
+            .map(|r| r.tokens.len())
+            .sum();
+        self.forward_rows(rows, OutRows::AllOfRows, false)?;
         Ok(&self.s.logits[..n_out * vocab])
+    }
+
+    /// Keeps the first `len` positions of `seq` (the tokens a verification accepted),
+    /// frees the blocks past them, and makes its full pages findable by the prefix cache.
+    pub fn settle(&mut self, seq: SeqId, len: usize) -> Result<(), ModelError> {
+        self.kv.truncate(seq, len)?;
+        self.kv.commit(seq)?;
+        Ok(())
     }
 
     /// Reserves KV blocks for `n_tokens` more positions of `seq` (so a following pass
@@ -580,9 +622,15 @@ impl Session {
         Ok(self.kv.attach_prefix(seq, tokens, max)?)
     }
 
-    /// Runs `rows` (validated) through the model, writing logits as `out` says. On an
-    /// error every row's claimed positions are given back.
-    fn forward_rows(&mut self, rows: &[BatchSeq<'_>], out: OutRows) -> Result<(), ModelError> {
+    /// Runs `rows` (validated) through the model, writing logits as `out` says, and with
+    /// `commit` makes the rows' full pages findable. On an error every row's claimed
+    /// positions are given back.
+    fn forward_rows(
+        &mut self,
+        rows: &[BatchSeq<'_>],
+        out: OutRows,
+        commit: bool,
+    ) -> Result<(), ModelError> {
         // The start of every row, in a buffer kept across passes (sized for `n_batch` rows).
         let mut starts = std::mem::take(&mut self.s.starts);
         starts.clear();
@@ -597,7 +645,7 @@ impl Session {
             }
         }
         if result.is_ok() {
-            result = self.forward_appended(rows, &starts, out);
+            result = self.forward_appended(rows, &starts, out, commit);
         }
         if result.is_err() {
             self.give_back(rows, &starts);
@@ -622,6 +670,7 @@ impl Session {
         rows: &[BatchSeq<'_>],
         starts: &[usize],
         out: OutRows,
+        commit: bool,
     ) -> Result<(), ModelError> {
         let model = Arc::clone(&self.model);
         let mut pass = Pass {
@@ -643,9 +692,12 @@ impl Session {
             pass.attention_block(il, layer)?;
             pass.ffn_block(il, layer)?;
         }
-        // The rows' pages are complete in every layer: make full ones findable.
-        for r in rows {
-            pass.kv.commit(r.seq)?;
+        // The rows' pages are complete in every layer: make full ones findable (a scoring
+        // pass leaves that to `settle`, once the rejected positions are gone).
+        if commit {
+            for r in rows {
+                pass.kv.commit(r.seq)?;
+            }
         }
         pass.head(out)
     }
@@ -1001,6 +1053,35 @@ impl Pass<'_> {
                         );
                         k += 1;
                     }
+                }
+                if k == 0 {
+                    return Ok(());
+                }
+                if s.logits.len() < k * vocab {
+                    s.logits.resize(k * vocab, 0.0);
+                }
+                s.mm.prepare(&s.h[..k * d], k, d);
+                matmul_prepared(&output, &mut s.mm, &mut s.logits[..k * vocab]);
+                0..k * vocab
+            }
+            OutRows::AllOfRows => {
+                // Every token of each row that asks, packed.
+                let mut k = 0;
+                let mut start = 0;
+                for r in self.batch.rows {
+                    let end = start + r.tokens.len();
+                    if r.logits {
+                        for t in start..end {
+                            spec.output_norm.apply(
+                                cfg.norm,
+                                cfg.norm_eps,
+                                &s.x[t * d..(t + 1) * d],
+                                &mut s.h[k * d..(k + 1) * d],
+                            );
+                            k += 1;
+                        }
+                    }
+                    start = end;
                 }
                 if k == 0 {
                     return Ok(());

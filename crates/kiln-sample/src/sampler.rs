@@ -162,6 +162,46 @@ impl Sampler {
     /// Picks the next token from raw logits; with a grammar, only an allowed token, and the
     /// grammar advances over it.
     pub fn try_sample(&mut self, logits: &[f32]) -> Result<u32, SampleError> {
+        self.fill(logits)?;
+        let id = self.run_chain()?;
+        if let Some(m) = self.matcher.as_mut() {
+            m.accept_token(id)?;
+        }
+        Ok(id)
+    }
+
+    /// Verifies one drafted token of speculative decoding against the target's raw
+    /// `logits` at its position and returns the token to emit: `draft` itself when it is
+    /// accepted, otherwise a replacement. `q` is the full-vocabulary distribution the draft
+    /// was drawn from; `None` means the draft was deterministic (q one-hot at `draft`).
+    ///
+    /// The rule is the standard speculative-sampling one: accept with probability
+    /// `min(1, p(draft) / q(draft))`, else draw from `norm(max(0, p − q))`, where `p` is
+    /// this sampler's distribution (grammar mask, bias and every stage of the chain), so
+    /// the emitted token is distributed exactly as [`Sampler::try_sample`]'s. Greedy
+    /// (temperature ≤ 0) emits the chain's choice, so a draft is accepted exactly when it
+    /// equals the token plain decoding would pick. The grammar advances over the emitted
+    /// token.
+    pub fn verify_draft(
+        &mut self,
+        logits: &[f32],
+        draft: u32,
+        q: Option<&[f32]>,
+    ) -> Result<u32, SampleError> {
+        if self.cfg.temperature <= 0.0 {
+            return self.try_sample(logits);
+        }
+        self.fill(logits)?;
+        self.run_stages()?;
+        let id = speculative_draw(&mut self.cands, draft, q, &mut self.rng)?;
+        if let Some(m) = self.matcher.as_mut() {
+            m.accept_token(id)?;
+        }
+        Ok(id)
+    }
+
+    /// The candidates for raw `logits`: every token, or those the grammar allows.
+    fn fill(&mut self, logits: &[f32]) -> Result<(), SampleError> {
         match self.matcher.as_mut() {
             Some(m) => {
                 let t0 = Instant::now();
@@ -174,14 +214,26 @@ impl Sampler {
             }
             None => self.cands.fill_dense(logits),
         }
-        let id = self.run_chain()?;
-        if let Some(m) = self.matcher.as_mut() {
-            m.accept_token(id)?;
-        }
-        Ok(id)
+        Ok(())
     }
 
     fn run_chain(&mut self) -> Result<u32, SampleError> {
+        self.run_stages()?;
+        let c = &self.cands;
+        if self.cfg.temperature <= 0.0 {
+            return c
+                .c
+                .iter()
+                .copied()
+                .min_by(desc)
+                .map(|x| x.id)
+                .ok_or(SampleError::NoCandidates);
+        }
+        draw(c, &mut self.rng)
+    }
+
+    /// Bias, then the configured stages, over the candidates.
+    fn run_stages(&mut self) -> Result<(), SampleError> {
         let c = &mut self.cands;
         self.bias.apply(c);
         if c.len() == 0 {
@@ -206,16 +258,7 @@ impl Sampler {
                 _ => {}
             }
         }
-        if greedy {
-            return c
-                .c
-                .iter()
-                .copied()
-                .min_by(desc)
-                .map(|x| x.id)
-                .ok_or(SampleError::NoCandidates);
-        }
-        draw(c, &mut self.rng)
+        Ok(())
     }
 }
 
@@ -244,4 +287,58 @@ fn draw(c: &Candidates, rng: &mut ChaCha20Rng) -> Result<u32, SampleError> {
         }
     }
     Ok(last)
+}
+
+/// The speculative-sampling draw over the candidates (`p = softmax` of their logits):
+/// `draft` with probability `min(1, p(draft) / q(draft))`, else a draw from
+/// `norm(max(0, p − q))` (`q` one-hot at `draft` when `None`).
+fn speculative_draw(
+    c: &mut Candidates,
+    draft: u32,
+    q: Option<&[f32]>,
+    rng: &mut ChaCha20Rng,
+) -> Result<u32, SampleError> {
+    if c.c.is_empty() {
+        return Err(SampleError::NoCandidates);
+    }
+    let (sum, max) = c.partition();
+    if !(sum.is_finite() && sum > 0.0) {
+        return Err(SampleError::NoCandidates);
+    }
+    let p_of = |logit: f32| ((logit - max) as f64).exp() / sum;
+    let q_of = |id: u32| match q {
+        Some(q) => q.get(id as usize).map_or(0.0, |&v| f64::from(v)),
+        None => f64::from(u8::from(id == draft)),
+    };
+    let p_draft = c.position(draft).map_or(0.0, |i| p_of(c.c[i].logit));
+    let q_draft = q_of(draft);
+    // One uniform per verified position, drawn whatever p and q are, so the stream's use
+    // does not depend on the values.
+    let u = rng.random::<f64>();
+    if q_draft > 0.0 && u * q_draft < p_draft {
+        return Ok(draft);
+    }
+    let residual: f64 =
+        c.c.iter()
+            .map(|x| (p_of(x.logit) - q_of(x.id)).max(0.0))
+            .sum();
+    if !(residual.is_finite() && residual > 0.0) {
+        // p ≤ q everywhere means p = q: a rejection has probability 0 then, but rounding
+        // can still land here; p itself is the right distribution.
+        return draw(c, rng);
+    }
+    let target = rng.random::<f64>() * residual;
+    let mut cum = 0.0f64;
+    let mut last = None;
+    for x in &c.c {
+        let w = (p_of(x.logit) - q_of(x.id)).max(0.0);
+        if w > 0.0 {
+            cum += w;
+            last = Some(x.id);
+            if cum > target {
+                return Ok(x.id);
+            }
+        }
+    }
+    last.ok_or(SampleError::NoCandidates)
 }

@@ -342,3 +342,91 @@ fn sampler_order_parses_llama_cpp_names_and_rejects_others() {
     );
     assert!(Stage::parse_order("top_k;xtc").is_err());
 }
+
+/// A draft distribution unlike the target's (the draft model's `q`).
+const Q: [f32; 8] = [0.05, 0.30, 0.05, 0.25, 0.05, 0.20, 0.05, 0.05];
+
+/// Draws a token from `q` with a plain uniform (the draft's own stream).
+fn draw_q(u: f64) -> u32 {
+    let mut cum = 0.0;
+    for (i, &p) in Q.iter().enumerate() {
+        cum += f64::from(p);
+        if u < cum {
+            return i as u32;
+        }
+    }
+    Q.len() as u32 - 1
+}
+
+#[test]
+fn speculative_verification_of_a_fixed_draft_emits_the_target_distribution() {
+    // An n-gram draft is deterministic (q one-hot): whatever token it proposes, accepted
+    // or replaced, the emitted token follows the chain's distribution.
+    for (draft, order) in [(0u32, vec![]), (5, vec![]), (1, vec![Stage::TopK])] {
+        let mut c = cfg(&order);
+        c.top_k = 4;
+        let mut s = Sampler::new(c);
+        let mut got = vec![0usize; LOGITS.len()];
+        for _ in 0..DRAWS {
+            got[s.verify_draft(&LOGITS, draft, None).unwrap() as usize] += 1;
+        }
+        let p = softmax(&base());
+        let expected = if order.is_empty() {
+            p
+        } else {
+            restrict(&p, &[true, true, true, true, false, false, false, false])
+        };
+        assert_fits(&format!("one-hot draft {draft}"), &got, &expected);
+    }
+}
+
+#[test]
+fn speculative_verification_of_a_sampled_draft_emits_the_target_distribution() {
+    // A draft drawn from q, verified with q: the rejection rule makes the emitted token
+    // follow p, not q and not a mixture.
+    use rand::{RngExt, SeedableRng};
+    let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(7);
+    let mut s = Sampler::new(cfg(&[Stage::Temperature]));
+    let mut got = vec![0usize; LOGITS.len()];
+    let mut accepted = 0usize;
+    for _ in 0..DRAWS {
+        let d = draw_q(rng.random::<f64>());
+        let id = s.verify_draft(&LOGITS, d, Some(&Q)).unwrap();
+        accepted += usize::from(id == d);
+        got[id as usize] += 1;
+    }
+    assert_fits("sampled draft", &got, &softmax(&base()));
+    // Σ min(p, q) is the acceptance probability.
+    let p = softmax(&base());
+    let want: f64 = p.iter().zip(Q).map(|(&p, q)| p.min(f64::from(q))).sum();
+    let rate = accepted as f64 / DRAWS as f64;
+    assert!(
+        (rate - want).abs() < 0.02,
+        "acceptance {rate:.3}, expected {want:.3}"
+    );
+}
+
+#[test]
+fn speculative_verification_is_greedy_at_temperature_zero() {
+    let mut c = cfg(&[]);
+    c.temperature = 0.0;
+    let mut s = Sampler::new(c);
+    assert_eq!(s.verify_draft(&LOGITS, 0, None).unwrap(), 0);
+    assert_eq!(s.verify_draft(&LOGITS, 3, Some(&Q)).unwrap(), 0);
+}
+
+#[test]
+fn speculative_verification_under_a_grammar_emits_the_masked_distribution() {
+    // Tokens 0..8 are the digits "0".."7"; the grammar allows odd digits only, and the
+    // draft proposes a forbidden one every time.
+    let vocab = Arc::new(Vocab::new((0..8).map(|d| d.to_string()), &[]));
+    let g = Arc::new(Grammar::from_gbnf("root ::= [1357]+").unwrap());
+    let mut s = Sampler::with_vocab(cfg(&[]), Arc::clone(&vocab));
+    s.set_grammar(Matcher::new(g, vocab).unwrap());
+    let mut got = vec![0usize; LOGITS.len()];
+    for _ in 0..DRAWS {
+        got[s.verify_draft(&LOGITS, 0, None).unwrap() as usize] += 1;
+    }
+    let keep: Vec<bool> = (0..8).map(|i| i % 2 == 1).collect();
+    assert_fits("grammar", &got, &restrict(&softmax(&base()), &keep));
+}

@@ -1,4 +1,4 @@
-//! `cargo xtask bench perf | kl | latency | convoy | soak`: the benchmark suites. Each builds
+//! `cargo xtask bench perf | kl | latency | convoy | soak | spec`: the benchmark suites. Each builds
 //! the release `kiln` binary, drives it as a user would, and writes JSON, Markdown and SVG
 //! plots under `<target>/kiln-bench/<suite>/`.
 //!
@@ -13,6 +13,7 @@ pub mod kl;
 pub mod latency;
 pub mod perf;
 pub mod soak;
+pub mod spec;
 pub mod synthetic;
 
 use crate::XtaskError;
@@ -35,6 +36,10 @@ pub enum Suite {
     /// Serving under load and faults through `kiln serve`: lost requests (must be 0), greedy
     /// answers vs lone references, refusals by limit, RSS, KV blocks at the end, TTFT/ITL.
     Soak(soak::SoakArgs),
+    /// Speculative decoding: code editing, summarising and open chat, tokens/s with and
+    /// without drafts, acceptance, greedy outputs checked identical; llama.cpp's
+    /// `llama-lookup` / `llama-speculative` alongside when a build is given.
+    Spec(spec::SpecArgs),
 }
 
 pub fn run(suite: &Suite) -> Result<(), XtaskError> {
@@ -45,5 +50,6 @@ pub fn run(suite: &Suite) -> Result<(), XtaskError> {
         Suite::Latency(a) => latency::run(a),
         Suite::Convoy(a) => convoy::run(a),
         Suite::Soak(a) => soak::run(a),
+        Suite::Spec(a) => spec::run(a),
     }
 }

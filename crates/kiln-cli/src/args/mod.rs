@@ -4,3 +4,4 @@ pub mod chat;
 pub mod kv;
 pub mod model;
 pub mod sampling;
+pub mod spec;

@@ -1,0 +1,98 @@
+//! Speculative decoding arguments: `--spec ngram|draft --draft-model M --draft-max N`.
+
+use kiln_spec::{DraftModel, DraftSource, SpecConfig, SpecDecoder, SpecMethod};
+
+use crate::args::model::{Loaded, ModelArgs};
+use crate::error::CliError;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct SpecArgs {
+    /// Speculative decoding: `ngram` (draft from the prompt and text so far) or `draft`
+    /// (a draft model with the same vocabulary, --draft-model). Output is unchanged:
+    /// greedy is byte-identical, sampling has the same distribution.
+    #[arg(long, value_parser = parse_method)]
+    pub spec: Option<SpecMethod>,
+    /// The draft model for `--spec draft` (a path or known name, as --model).
+    #[arg(long)]
+    pub draft_model: Option<String>,
+    /// The most tokens drafted per step.
+    #[arg(long, default_value_t = 8)]
+    pub draft_max: usize,
+    /// Shortest and longest n-gram an `ngram` draft matches on.
+    #[arg(long, default_value_t = 1)]
+    pub ngram_min: usize,
+    #[arg(long, default_value_t = 4)]
+    pub ngram_max: usize,
+    /// Always draft --draft-max tokens (no adaptive length, no pausing).
+    #[arg(long)]
+    pub spec_fixed: bool,
+}
+
+fn parse_method(s: &str) -> Result<SpecMethod, String> {
+    SpecMethod::parse(s).map_err(|e| e.to_string())
+}
+
+impl SpecArgs {
+    /// The settings, checked against each other.
+    pub fn config(&self) -> Result<Option<SpecConfig>, CliError> {
+        let Some(method) = self.spec else {
+            if self.draft_model.is_some() {
+                return Err(CliError::Usage("--draft-model needs --spec draft".into()));
+            }
+            return Ok(None);
+        };
+        match (method, &self.draft_model) {
+            (SpecMethod::Draft, None) => {
+                return Err(CliError::Usage("--spec draft needs --draft-model".into()));
+            }
+            (SpecMethod::Ngram, Some(_)) => {
+                return Err(CliError::Usage(
+                    "--draft-model is for --spec draft, not ngram".into(),
+                ));
+            }
+            _ => {}
+        }
+        let cfg = SpecConfig {
+            method,
+            draft_max: self.draft_max,
+            ngram_min: self.ngram_min,
+            ngram_max: self.ngram_max,
+            adaptive: !self.spec_fixed,
+        };
+        cfg.validate()?;
+        Ok(Some(cfg))
+    }
+
+    /// The speculative decoder for `target` (loading and checking the draft model), or
+    /// `None` without `--spec`.
+    pub fn decoder(
+        &self,
+        target: &Loaded,
+        n_ctx: usize,
+        seed: u64,
+    ) -> Result<Option<SpecDecoder>, CliError> {
+        let Some(cfg) = self.config()? else {
+            return Ok(None);
+        };
+        let vocab = target.model.config().vocab_size;
+        let source = match (cfg.method, &self.draft_model) {
+            (SpecMethod::Draft, Some(name)) => {
+                let draft = ModelArgs {
+                    model: name.clone(),
+                    quantize: None,
+                }
+                .load()?;
+                kiln_spec::check_vocab(
+                    &kiln_engine::sampler_vocab(&target.tokenizer),
+                    &target.model,
+                    &kiln_engine::sampler_vocab(&draft.tokenizer),
+                    &draft.model,
+                )?;
+                let n = n_ctx + cfg.draft_max + 1;
+                DraftSource::Model(Box::new(DraftModel::new(draft.model, n)))
+            }
+            _ => DraftSource::Ngram(kiln_spec::NgramDrafter::new(cfg.ngram_min, cfg.ngram_max)),
+        };
+        Ok(Some(SpecDecoder::new(&cfg, source, vocab, seed)?))
+    }
+}

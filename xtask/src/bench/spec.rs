@@ -1,0 +1,350 @@
+//! `cargo xtask bench spec`: speculative decoding on three workloads — (a) code editing
+//! (return a given ~150-line source file with one rename), (b) summarising a given
+//! passage, (c) open chat — greedy, tokens/s with and without speculation and the
+//! acceptance figures, through `kiln generate --json`. Each speculative output is checked
+//! byte-identical to the plain one. With `--draft-target` the draft-model pair runs too
+//! (that target, drafted for by `--model`); with `--llama-cpp DIR`, llama.cpp's
+//! `llama-lookup` and `llama-speculative` run on the same prompts in the same run.
+
+use std::path::{Path, PathBuf};
+
+use kiln_bench::Machine;
+use kiln_bench::report::markdown_table;
+use serde::{Deserialize, Serialize};
+
+use crate::XtaskError;
+use crate::bench::common::{
+    Kiln, bad, build_kiln, failed, fixture_text, out_dir, positive, report_header, workspace_root,
+    write,
+};
+
+#[derive(clap::Args, Debug)]
+pub struct SpecArgs {
+    /// The model (n-gram rows), and the draft model of the draft rows.
+    #[arg(long, short = 'm', default_value = "qwen2.5-coder-0.5b")]
+    model: String,
+    /// A target for the draft-model rows sharing --model's vocabulary (e.g. an F16 copy of
+    /// it made with `kiln quantize -t f16`).
+    #[arg(long)]
+    draft_target: Option<PathBuf>,
+    /// Threads.
+    #[arg(long, short = 't', default_value_t = 2, value_parser = positive)]
+    threads: usize,
+    /// Tokens generated per run.
+    #[arg(short = 'n', default_value_t = 128, value_parser = positive)]
+    n_gen: usize,
+    /// Most tokens drafted per step.
+    #[arg(long, default_value_t = 8, value_parser = positive)]
+    draft_max: usize,
+    /// A llama.cpp build directory holding `llama-lookup` and `llama-speculative` (its
+    /// `bin/` or the directory itself).
+    #[arg(long)]
+    llama_cpp: Option<PathBuf>,
+}
+
+/// The source file of the code-editing workload, and the rename asked for.
+const CODE_FILE: &str = "crates/kiln-sample/src/stop.rs";
+const CODE_LINES: usize = 150;
+
+struct Workload {
+    name: &'static str,
+    prompt: String,
+}
+
+fn workloads() -> Result<Vec<Workload>, XtaskError> {
+    let read = |p: &Path| {
+        std::fs::read_to_string(p)
+            .map_err(|e| failed("workload", format!("cannot read {}: {e}", p.display())))
+    };
+    let code: String = read(&workspace_root().join(CODE_FILE))?
+        .lines()
+        .take(CODE_LINES)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let passage: String = read(&fixture_text())?.chars().take(2400).collect();
+    Ok(vec![
+        Workload {
+            name: "code edit",
+            prompt: format!(
+                "Here is a Rust source file. Return the whole file unchanged except that the \
+                 type `StopStrings` is renamed to `StopSet` everywhere. Output only the code.\
+                 \n\n```rust\n{code}```\n"
+            ),
+        },
+        Workload {
+            name: "summary",
+            prompt: format!(
+                "Summarise the following passage in a few sentences, quoting its key \
+                 phrases.\n\n{passage}\n"
+            ),
+        },
+        Workload {
+            name: "open chat",
+            prompt: "Write a short friendly paragraph about why people enjoy walking in the \
+                     mountains, then give three tips for a first hike."
+                .to_string(),
+        },
+    ])
+}
+
+#[derive(Deserialize)]
+struct GenJson {
+    text: String,
+    timings: GenTimings,
+}
+
+#[derive(Deserialize)]
+struct GenTimings {
+    predicted_n: usize,
+    predicted_per_second: f64,
+    #[serde(default)]
+    speculative: Option<SpecJson>,
+}
+
+#[derive(Deserialize, Serialize, Clone)]
+struct SpecJson {
+    drafted: u64,
+    accepted: u64,
+    acceptance_rate: f64,
+    mean_accepted_length: f64,
+    passes: u64,
+}
+
+#[derive(Serialize)]
+struct Row {
+    workload: &'static str,
+    engine: String,
+    target: String,
+    method: String,
+    tokens: usize,
+    tokens_per_second: f64,
+    speedup: f64,
+    identical: Option<bool>,
+    spec: Option<SpecJson>,
+}
+
+pub fn run(a: &SpecArgs) -> Result<(), XtaskError> {
+    let kiln = build_kiln()?;
+    if !kiln.supports("generate", &["--spec", "--draft-model", "--draft-max"]) {
+        return Err(bad("this kiln binary has no --spec"));
+    }
+    let out = out_dir("spec")?;
+    let machine = Machine::detect();
+    let mut rows = Vec::new();
+    for w in workloads()? {
+        let prompt_file = out.join(format!("{}.prompt.txt", w.name.replace(' ', "-")));
+        write(&prompt_file, &w.prompt)?;
+        let plain = generate(&kiln, a, &a.model, &w.prompt, &[])?;
+        let base = plain.timings.predicted_per_second;
+        rows.push(row(&w, "kiln", &a.model, "off", &plain, base, None));
+        let dm = a.draft_max.to_string();
+        let ngram = generate(
+            &kiln,
+            a,
+            &a.model,
+            &w.prompt,
+            &["--spec", "ngram", "--draft-max", &dm],
+        )?;
+        let same = ngram.text == plain.text;
+        rows.push(row(&w, "kiln", &a.model, "ngram", &ngram, base, Some(same)));
+        if let Some(t) = &a.draft_target {
+            let t = t.display().to_string();
+            let plain_t = generate(&kiln, a, &t, &w.prompt, &[])?;
+            let base_t = plain_t.timings.predicted_per_second;
+            rows.push(row(&w, "kiln", &t, "off", &plain_t, base_t, None));
+            let args = [
+                "--spec",
+                "draft",
+                "--draft-model",
+                a.model.as_str(),
+                "--draft-max",
+                &dm,
+            ];
+            let draft = generate(&kiln, a, &t, &w.prompt, &args)?;
+            let same = draft.text == plain_t.text;
+            rows.push(row(&w, "kiln", &t, "draft", &draft, base_t, Some(same)));
+        }
+        if let Some(dir) = &a.llama_cpp {
+            rows.extend(llama_cpp_rows(dir, a, &w, &prompt_file)?);
+        }
+    }
+    let json = serde_json::to_string_pretty(&rows)
+        .map_err(|e| failed("output", format!("cannot encode the report: {e}")))?;
+    write(&out.join("spec.json"), json)?;
+    let table: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let s = r.spec.as_ref();
+            vec![
+                r.workload.to_string(),
+                r.engine.clone(),
+                r.target.clone(),
+                r.method.clone(),
+                r.tokens.to_string(),
+                format!("{:.2}", r.tokens_per_second),
+                format!("{:.2}×", r.speedup),
+                s.map_or("–".into(), |s| format!("{}/{}", s.accepted, s.drafted)),
+                s.map_or("–".into(), |s| {
+                    format!("{:.1}%", 100.0 * s.acceptance_rate)
+                }),
+                s.map_or("–".into(), |s| format!("{:.2}", s.mean_accepted_length)),
+                r.identical
+                    .map_or("–".into(), |b| if b { "yes" } else { "NO" }.into()),
+            ]
+        })
+        .collect();
+    let md = format!(
+        "# kiln bench spec\n\n{}- {} threads, greedy, {} tokens, draft max {}\n\n{}",
+        report_header(&machine),
+        a.threads,
+        a.n_gen,
+        a.draft_max,
+        markdown_table(
+            &[
+                "workload",
+                "engine",
+                "target",
+                "spec",
+                "tokens",
+                "tokens/s",
+                "speed-up",
+                "accepted/drafted",
+                "acceptance",
+                "mean accepted length",
+                "identical",
+            ],
+            &table
+        )
+    );
+    write(&out.join("spec.md"), &md)?;
+    println!("{md}");
+    if rows.iter().any(|r| r.identical == Some(false)) {
+        return Err(failed(
+            "spec",
+            "a speculative output differs from the plain one (see spec.md)",
+        ));
+    }
+    Ok(())
+}
+
+fn row(
+    w: &Workload,
+    engine: &str,
+    target: &str,
+    method: &str,
+    g: &GenJson,
+    base: f64,
+    identical: Option<bool>,
+) -> Row {
+    Row {
+        workload: w.name,
+        engine: engine.to_string(),
+        target: target.to_string(),
+        method: method.to_string(),
+        tokens: g.timings.predicted_n,
+        tokens_per_second: g.timings.predicted_per_second,
+        speedup: g.timings.predicted_per_second / base.max(1e-9),
+        identical,
+        spec: g.timings.speculative.clone(),
+    }
+}
+
+fn generate(
+    kiln: &Kiln,
+    a: &SpecArgs,
+    model: &str,
+    prompt: &str,
+    extra: &[&str],
+) -> Result<GenJson, XtaskError> {
+    let mut args: Vec<String> = [
+        "generate",
+        "--json",
+        "--chat",
+        "--temperature",
+        "0",
+        "-m",
+        model,
+        "-n",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.push(a.n_gen.to_string());
+    args.push("-t".into());
+    args.push(a.threads.to_string());
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args.push("-p".into());
+    args.push(prompt.to_string());
+    kiln.json("generate", &args)
+}
+
+/// llama.cpp's own speculative tools on the same prompt (raw, without the chat template:
+/// their speed-ups are compared, not their text): `llama-lookup` (n-gram) on the model and,
+/// with a draft target, `llama-speculative`. Their "speed: X t/s" lines are the figures.
+fn llama_cpp_rows(
+    dir: &Path,
+    a: &SpecArgs,
+    w: &Workload,
+    prompt_file: &Path,
+) -> Result<Vec<Row>, XtaskError> {
+    let bin = |name: &str| {
+        [dir.join(name), dir.join("bin").join(name)]
+            .into_iter()
+            .find(|p| p.is_file())
+            .ok_or_else(|| bad(format!("no {name} under {}", dir.display())))
+    };
+    let model = kiln_hub::resolve(&a.model)
+        .map_err(|e| failed("llama.cpp", format!("{}: {e}", a.model)))?;
+    let common = |m: &Path| -> Vec<String> {
+        vec![
+            "-m".into(),
+            m.display().to_string(),
+            "-f".into(),
+            prompt_file.display().to_string(),
+            "-n".into(),
+            a.n_gen.to_string(),
+            "-t".into(),
+            a.threads.to_string(),
+            "--temp".into(),
+            "0".into(),
+            "--draft-max".into(),
+            a.draft_max.to_string(),
+        ]
+    };
+    let mut rows = Vec::new();
+    let mut tools = vec![("llama-lookup", model.clone(), common(&model))];
+    if let Some(t) = &a.draft_target {
+        let mut args = common(t);
+        args.extend(["-md".into(), model.display().to_string()]);
+        tools.push(("llama-speculative", t.clone(), args));
+    }
+    for (tool, target, args) in tools {
+        let out = std::process::Command::new(bin(tool)?)
+            .args(&args)
+            .output()
+            .map_err(|e| failed("llama.cpp", format!("cannot run {tool}: {e}")))?;
+        let log = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let speed = log
+            .lines()
+            .filter_map(|l| l.split("speed:").nth(1))
+            .filter_map(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+            .next_back()
+            .ok_or_else(|| failed("llama.cpp", format!("{tool} printed no speed:\n{log}")))?;
+        rows.push(Row {
+            workload: w.name,
+            engine: "llama.cpp".into(),
+            target: target.display().to_string(),
+            method: tool.into(),
+            tokens: a.n_gen,
+            tokens_per_second: speed,
+            speedup: f64::NAN,
+            identical: None,
+            spec: None,
+        });
+    }
+    Ok(rows)
+}
