@@ -7,11 +7,14 @@
 //! checkpoints of `testdata/hf-tiny`: llama (GQA, Llama 3 RoPE frequency factors), qwen2,
 //! mistral (sliding window), qwen3 (`q_dim ≠ hidden`, per-head Q/K norms, BF16), gemma3
 //! and gemma2 (attention and logit soft-caps, alternating sliding layers), phi3 (fused QKV
-//! and gate+up, F16), phi2 (parallel blocks, LayerNorm with biases, partial rotary) and
-//! GPT-2 (learned positions, LayerNorm, no RoPE).
+//! and gate+up, F16), phi2 (parallel blocks, LayerNorm with biases, partial rotary),
+//! GPT-2 (learned positions, LayerNorm, no RoPE), smollm3 (layers without RoPE), olmo2 (no
+//! pre-norms, output norms, whole-projection Q/K norms) and granite (embedding, attention,
+//! residual and logit multipliers).
 //!
 //! The hyper-parameters (sizes, epsilon, RoPE bases, attention scale, soft-caps) come from
-//! the loaded model's [`ModelConfig`], the sliding windows from its GGUF metadata;
+//! the loaded model's [`ModelConfig`]; the sliding windows, the layers without RoPE and
+//! Granite's multipliers from its GGUF metadata;
 //! everything computed from them is written out here. A checkpoint directory is read
 //! through Kiln's GGUF conversion of it, so the same tensor names serve every model.
 //!
@@ -133,6 +136,25 @@ fn reference_forward(f: &GgufFile, cfg: &ModelConfig, tokens: &[u32]) -> HashMap
     if gemma {
         x.iter_mut().flatten().for_each(|v| *v *= (d as f32).sqrt());
     }
+    // Granite's multipliers (absent elsewhere): embeddings, block outputs, logits.
+    let granite = |key: &str| {
+        md.opt_f32(&format!("{arch}.{key}"))
+            .expect("a number")
+            .filter(|_| arch == "granite")
+    };
+    if let Some(m) = granite("embedding_scale") {
+        x.iter_mut().flatten().for_each(|v| *v *= m);
+    }
+    let residual_scale = granite("residual_scale").unwrap_or(1.0);
+    let logit_scale = granite("logit_scale").unwrap_or(1.0);
+    // SmolLM3 leaves RoPE out of some layers: those the metadata's per-layer list marks
+    // false, else every fourth.
+    let rotates: Vec<bool> = match md.get(&format!("{arch}.rope.layers")) {
+        Some(kiln_format::Value::Array(kiln_format::Array::Bool(v))) => v.clone(),
+        _ => (0..cfg.n_layer)
+            .map(|l| arch != "smollm3" || (l + 1) % 4 != 0)
+            .collect(),
+    };
     // GPT-2's learned positions.
     if let Some(pos) = tensor(f, "position_embd.weight") {
         for (t, xt) in x.iter_mut().enumerate() {
@@ -194,7 +216,8 @@ fn reference_forward(f: &GgufFile, cfg: &ModelConfig, tokens: &[u32]) -> HashMap
             None => (b("attn_q"), b("attn_k"), b("attn_v")),
         };
         let (wo, bo) = (w("attn_output"), b("attn_output"));
-        let (wn, bn) = (w("attn_norm"), b("attn_norm"));
+        // OLMo 2 has no pre-norms: the blocks read the residual stream itself.
+        let (wn, bn) = (opt_w("attn_norm"), b("attn_norm"));
         let window = window.filter(|_| slides).unwrap_or(usize::MAX);
         let base = if arch == "gemma3" && slides {
             swa_base
@@ -208,24 +231,30 @@ fn reference_forward(f: &GgufFile, cfg: &ModelConfig, tokens: &[u32]) -> HashMap
             vec![vec![0.0; kvd]; n],
         );
         for t in 0..n {
-            norm(&mut xb[t], &x[t], &wn, bn.as_deref(), cfg);
+            match &wn {
+                Some(wn) => norm(&mut xb[t], &x[t], wn, bn.as_deref(), cfg),
+                None => xb[t].copy_from_slice(&x[t]),
+            }
             matmul(&mut q[t], &xb[t], &wq);
             matmul(&mut k[t], &xb[t], &wk);
             matmul(&mut v[t], &xb[t], &wv);
             for (y, bias) in [(&mut q[t], &bq), (&mut k[t], &bk), (&mut v[t], &bv)] {
                 add(y, bias.as_deref());
             }
-            // Per-head Q/K RMSNorm (Qwen3, Gemma 3).
+            // Q/K RMSNorm: per head (Qwen3, Gemma 3), or over the whole projection when
+            // the weight is that long (OLMo 2).
             if let (Some(qn), Some(kn)) = (opt_w("attn_q_norm"), opt_w("attn_k_norm")) {
                 for (y, norm) in [(&mut q[t], qn), (&mut k[t], kn)] {
-                    for head in y.chunks_mut(hd) {
-                        let h = head.to_vec();
-                        rmsnorm(head, &h, &norm, cfg.norm_eps);
+                    for part in y.chunks_mut(norm.len()) {
+                        let h = part.to_vec();
+                        rmsnorm(part, &h, &norm, cfg.norm_eps);
                     }
                 }
             }
-            rope(&mut q[t], t, cfg, base, rope_freqs.as_deref());
-            rope(&mut k[t], t, cfg, base, rope_freqs.as_deref());
+            if rotates[l] {
+                rope(&mut q[t], t, cfg, base, rope_freqs.as_deref());
+                rope(&mut k[t], t, cfg, base, rope_freqs.as_deref());
+            }
         }
         record(format!("attn_norm-{l}"), &xb);
         record(format!("Qcur-{l}"), &q);
@@ -275,16 +304,20 @@ fn reference_forward(f: &GgufFile, cfg: &ModelConfig, tokens: &[u32]) -> HashMap
             let mut o = vec![0.0; d];
             matmul(&mut o, &att[t], &wo);
             add(&mut o, bo.as_deref());
-            if gemma {
+            // Output norms (Gemma, OLMo 2).
+            if let Some(pn) = opt_w("post_attention_norm") {
                 let o2 = o.clone();
-                rmsnorm(&mut o, &o2, &w("post_attention_norm"), cfg.norm_eps);
+                rmsnorm(&mut o, &o2, &pn, cfg.norm_eps);
             }
             // A parallel block (phi2) feeds the attention's input to the feed-forward and
             // adds both outputs to the residual together.
             if !cfg.parallel_residual {
+                o.iter_mut().for_each(|o| *o *= residual_scale);
                 x[t].iter_mut().zip(&o).for_each(|(x, o)| *x += o);
-                let fnw = fnw.as_deref().expect("ffn_norm");
-                norm(&mut xb[t], &x[t], fnw, fnb.as_deref(), cfg);
+                match fnw.as_deref() {
+                    Some(fnw) => norm(&mut xb[t], &x[t], fnw, fnb.as_deref(), cfg),
+                    None => xb[t].copy_from_slice(&x[t]),
+                }
             }
             let mut up = vec![0.0; ff];
             matmul(&mut up, &xb[t], &wu);
@@ -300,12 +333,14 @@ fn reference_forward(f: &GgufFile, cfg: &ModelConfig, tokens: &[u32]) -> HashMap
             let mut fo = vec![0.0; d];
             matmul(&mut fo, &up, &wd);
             add(&mut fo, bd.as_deref());
-            if gemma {
+            if let Some(pn) = opt_w("post_ffw_norm") {
                 let fo2 = fo.clone();
-                rmsnorm(&mut fo, &fo2, &w("post_ffw_norm"), cfg.norm_eps);
+                rmsnorm(&mut fo, &fo2, &pn, cfg.norm_eps);
             }
             if cfg.parallel_residual {
                 fo.iter_mut().zip(&o).for_each(|(f, o)| *f += o);
+            } else {
+                fo.iter_mut().for_each(|f| *f *= residual_scale);
             }
             x[t].iter_mut().zip(&fo).for_each(|(x, f)| *x += f);
         }
@@ -326,6 +361,7 @@ fn reference_forward(f: &GgufFile, cfg: &ModelConfig, tokens: &[u32]) -> HashMap
             let mut y = vec![0.0; cfg.vocab_size];
             matmul(&mut y, &xb, &wout);
             add(&mut y, ob.as_deref());
+            y.iter_mut().for_each(|l| *l /= logit_scale);
             if let Some(c) = cfg.final_logit_softcap {
                 y.iter_mut().for_each(|l| *l = c * (*l / c).tanh());
             }
@@ -630,6 +666,53 @@ fn hf_tiny_gpt2_fast_path_tracks_the_f32_reference_layer_by_layer() {
             ("kqv_out", 8.3e-4),
             ("l_out", 7.1e-4),
             ("logits", 7.9e-4),
+        ],
+    );
+}
+
+#[test]
+fn hf_tiny_smollm3_fast_path_tracks_the_f32_reference_layer_by_layer() {
+    // BF16 weights: activations rounded to BF16 for the matmuls.
+    // Measured 1.06e-2, 1.15e-2, 1.53e-2, 1.22e-2, 1.19e-2.
+    check_fixture(
+        "smollm3",
+        &[
+            ("attn_norm", 1.6e-2),
+            ("Qcur", 1.7e-2),
+            ("kqv_out", 2.3e-2),
+            ("l_out", 1.8e-2),
+            ("logits", 1.8e-2),
+        ],
+    );
+}
+
+#[test]
+fn hf_tiny_olmo2_fast_path_tracks_the_f32_reference_layer_by_layer() {
+    // BF16 weights: activations rounded to BF16 for the matmuls.
+    // Measured 2.16e-3, 2.59e-3, 3.51e-3, 2.97e-3, 3.40e-3.
+    check_fixture(
+        "olmo2",
+        &[
+            ("attn_norm", 3.2e-3),
+            ("Qcur", 3.9e-3),
+            ("kqv_out", 5.3e-3),
+            ("l_out", 4.5e-3),
+            ("logits", 5.1e-3),
+        ],
+    );
+}
+
+#[test]
+fn hf_tiny_granite_fast_path_tracks_the_f32_reference_layer_by_layer() {
+    // Measured 6.6e-4, 6.5e-4, 1.08e-3, 1.15e-3, 1.31e-3.
+    check_fixture(
+        "granite",
+        &[
+            ("attn_norm", 1e-3),
+            ("Qcur", 1e-3),
+            ("kqv_out", 1.6e-3),
+            ("l_out", 1.7e-3),
+            ("logits", 2e-3),
         ],
     );
 }
