@@ -29,7 +29,7 @@ use crate::XtaskError;
 #[derive(clap::Args, Debug)]
 pub struct SynthArgs {
     /// The model shape (llama-3.2-1b, llama-3.2-3b, llama-3.1-8b, qwen2.5-1.5b, qwen2.5-3b,
-    /// qwen2.5-7b, gemma-2-2b).
+    /// qwen2.5-7b, gemma-2-2b, olmoe-1b-7b, qwen3-30b-a3b).
     #[arg(long)]
     pub shape: String,
     /// The quantization mix (q4_0, q4_k_m, q5_k_m, q8_0).
@@ -225,7 +225,54 @@ pub fn plan(shape: &Shape, mix: Mix, n_vocab: u64) -> Vec<TensorPlan> {
                 Init::Ones,
             );
         }
+        match shape.family {
+            // Whole-projection Q/K norms.
+            Family::Olmoe => {
+                add(n("attn_q_norm.weight"), Role::Vector, i, &[q], Init::Ones);
+                add(n("attn_k_norm.weight"), Role::Vector, i, &[kv], Init::Ones);
+            }
+            Family::Qwen3Moe => {
+                let hd = shape.head_dim;
+                add(n("attn_q_norm.weight"), Role::Vector, i, &[hd], Init::Ones);
+                add(n("attn_k_norm.weight"), Role::Vector, i, &[hd], Init::Ones);
+            }
+            _ => {}
+        }
         add(n("ffn_norm.weight"), Role::Vector, i, &[d], Init::Ones);
+        if let Some(m) = &shape.moe {
+            // The router stays F32 (llama-quantize never quantizes `ffn_gate_inp`); the
+            // 3-D expert tensors take the types of their dense counterparts.
+            let (e, f) = (m.n_expert, m.n_ff_exp);
+            add(
+                n("ffn_gate_inp.weight"),
+                Role::Vector,
+                i,
+                &[d, e],
+                Init::Random,
+            );
+            add(
+                n("ffn_gate_exps.weight"),
+                Role::Matrix,
+                i,
+                &[d, f, e],
+                Init::Random,
+            );
+            add(
+                n("ffn_up_exps.weight"),
+                Role::Matrix,
+                i,
+                &[d, f, e],
+                Init::Random,
+            );
+            add(
+                n("ffn_down_exps.weight"),
+                Role::FfnDown,
+                i,
+                &[f, d, e],
+                Init::Random,
+            );
+            continue;
+        }
         add(
             n("ffn_gate.weight"),
             Role::Matrix,
@@ -322,6 +369,11 @@ pub fn build(
             k("attention.sliding_window"),
             shapes::GEMMA2_SLIDING_WINDOW.into(),
         ));
+    }
+    if let Some(m) = &shape.moe {
+        md.push((k("expert_count"), u32_of(m.n_expert).into()));
+        md.push((k("expert_used_count"), u32_of(m.n_expert_used).into()));
+        md.push((k("expert_feed_forward_length"), u32_of(m.n_ff_exp).into()));
     }
     for (key, value) in md {
         w.add_metadata(key, value).map_err(fmt)?;

@@ -12,6 +12,10 @@ pub enum Family {
     /// Gemma 2: post-norms around attention and FFN, soft-capped scores and logits, a
     /// sliding window on every other layer.
     Gemma2,
+    /// OLMoE: RMSNorm of Q and K over the whole projection, a mixture of experts.
+    Olmoe,
+    /// Qwen3-MoE: per-head RMSNorm of Q and K, a mixture of experts.
+    Qwen3Moe,
 }
 
 impl Family {
@@ -21,6 +25,8 @@ impl Family {
             Family::Llama => "llama",
             Family::Qwen2 => "qwen2",
             Family::Gemma2 => "gemma2",
+            Family::Olmoe => "olmoe",
+            Family::Qwen3Moe => "qwen3moe",
         }
     }
 
@@ -30,6 +36,11 @@ impl Family {
             Family::Llama => "smollm2-135m",
             Family::Qwen2 => "qwen2.5-coder-0.5b",
             Family::Gemma2 => "gemma3-270m",
+            // OLMoE's own vocabulary is 50 304 (GPT-NeoX's); SmolLM2's 49 152 is the
+            // nearest shipped one.
+            Family::Olmoe => "smollm2-135m",
+            // Qwen3 and Qwen2.5 share their 151 936-entry vocabulary.
+            Family::Qwen3Moe => "qwen2.5-coder-0.5b",
         }
     }
 }
@@ -67,6 +78,16 @@ impl Llama3Rope {
     }
 }
 
+/// The mixture-of-experts part of a shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoeShape {
+    pub n_expert: u64,
+    /// Experts per token (top-k).
+    pub n_expert_used: u64,
+    /// Inner size of one expert.
+    pub n_ff_exp: u64,
+}
+
 /// One model shape.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Shape {
@@ -84,6 +105,8 @@ pub struct Shape {
     pub tied: bool,
     pub n_ctx_train: u64,
     pub llama3_rope: Option<Llama3Rope>,
+    /// Experts in place of the dense FFN on every layer (`n_ff` is then only metadata).
+    pub moe: Option<MoeShape>,
 }
 
 const LLAMA_3_2_ROPE: Llama3Rope = Llama3Rope {
@@ -114,6 +137,7 @@ pub const SHAPES: &[Shape] = &[
         tied: true,
         n_ctx_train: 131_072,
         llama3_rope: Some(LLAMA_3_2_ROPE),
+        moe: None,
     },
     Shape {
         name: "llama-3.2-3b",
@@ -129,6 +153,7 @@ pub const SHAPES: &[Shape] = &[
         tied: true,
         n_ctx_train: 131_072,
         llama3_rope: Some(LLAMA_3_2_ROPE),
+        moe: None,
     },
     Shape {
         name: "llama-3.1-8b",
@@ -144,6 +169,7 @@ pub const SHAPES: &[Shape] = &[
         tied: false,
         n_ctx_train: 131_072,
         llama3_rope: Some(LLAMA_3_1_ROPE),
+        moe: None,
     },
     Shape {
         name: "qwen2.5-1.5b",
@@ -159,6 +185,7 @@ pub const SHAPES: &[Shape] = &[
         tied: true,
         n_ctx_train: 32_768,
         llama3_rope: None,
+        moe: None,
     },
     Shape {
         name: "qwen2.5-3b",
@@ -174,6 +201,7 @@ pub const SHAPES: &[Shape] = &[
         tied: true,
         n_ctx_train: 32_768,
         llama3_rope: None,
+        moe: None,
     },
     Shape {
         name: "qwen2.5-7b",
@@ -189,6 +217,7 @@ pub const SHAPES: &[Shape] = &[
         tied: false,
         n_ctx_train: 32_768,
         llama3_rope: None,
+        moe: None,
     },
     Shape {
         name: "gemma-2-2b",
@@ -204,6 +233,49 @@ pub const SHAPES: &[Shape] = &[
         tied: true,
         n_ctx_train: 8192,
         llama3_rope: None,
+        moe: None,
+    },
+    // allenai/OLMoE-1B-7B-0924.
+    Shape {
+        name: "olmoe-1b-7b",
+        family: Family::Olmoe,
+        n_embd: 2048,
+        n_ff: 1024,
+        n_layer: 16,
+        n_head: 16,
+        n_head_kv: 16,
+        head_dim: 128,
+        rope_theta: 10_000.0,
+        norm_eps: 1e-5,
+        tied: false,
+        n_ctx_train: 4096,
+        llama3_rope: None,
+        moe: Some(MoeShape {
+            n_expert: 64,
+            n_expert_used: 8,
+            n_ff_exp: 1024,
+        }),
+    },
+    // Qwen/Qwen3-30B-A3B.
+    Shape {
+        name: "qwen3-30b-a3b",
+        family: Family::Qwen3Moe,
+        n_embd: 2048,
+        n_ff: 6144,
+        n_layer: 48,
+        n_head: 32,
+        n_head_kv: 4,
+        head_dim: 128,
+        rope_theta: 1_000_000.0,
+        norm_eps: 1e-6,
+        tied: false,
+        n_ctx_train: 40_960,
+        llama3_rope: None,
+        moe: Some(MoeShape {
+            n_expert: 128,
+            n_expert_used: 8,
+            n_ff_exp: 768,
+        }),
     },
 ];
 

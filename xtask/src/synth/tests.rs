@@ -33,6 +33,11 @@ fn tiny(family: Family, tied: bool) -> Shape {
             high_freq_factor: 4.0,
             original_context: 8192.0,
         }),
+        moe: matches!(family, Family::Olmoe | Family::Qwen3Moe).then_some(shapes::MoeShape {
+            n_expert: 4,
+            n_expert_used: 2,
+            n_ff_exp: 256,
+        }),
     }
 }
 
@@ -46,7 +51,13 @@ fn write(shape: &Shape, mix: Mix) -> (GgufFile, Vec<TensorPlan>) {
 
 #[test]
 fn every_tensor_is_written_as_planned_and_decodes_to_small_centred_finite_values() {
-    for family in [Family::Llama, Family::Qwen2, Family::Gemma2] {
+    for family in [
+        Family::Llama,
+        Family::Qwen2,
+        Family::Gemma2,
+        Family::Olmoe,
+        Family::Qwen3Moe,
+    ] {
         for tied in [true, false] {
             for &(_, mix) in mix::MIXES {
                 let shape = tiny(family, tied);
@@ -197,8 +208,68 @@ fn every_shape_has_rows_that_k_quants_can_hold() {
         ] {
             assert_eq!(d % 256, 0, "{}: {d}", s.name);
         }
+        if let Some(m) = &s.moe {
+            assert_eq!(m.n_ff_exp % 256, 0, "{}: {}", s.name, m.n_ff_exp);
+        }
         assert_eq!(s.n_head % s.n_head_kv, 0, "{}", s.name);
     }
+}
+
+#[test]
+fn moe_shapes_have_3d_expert_tensors_an_f32_router_and_their_expert_keys() {
+    let olmoe = shapes::shape("olmoe-1b-7b").unwrap();
+    let plans = plan(olmoe, Mix::Q4KM, 49_152);
+    let ty = |name: &str| {
+        plans
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| (p.ty, p.dims.clone()))
+    };
+    assert_eq!(
+        ty("blk.0.ffn_gate_exps.weight"),
+        Some((GgmlType::Q4_K, vec![2048, 1024, 64]))
+    );
+    assert_eq!(
+        ty("blk.0.ffn_down_exps.weight"),
+        Some((GgmlType::Q6_K, vec![1024, 2048, 64]))
+    );
+    assert_eq!(
+        ty("blk.3.ffn_down_exps.weight"),
+        Some((GgmlType::Q4_K, vec![1024, 2048, 64]))
+    );
+    assert_eq!(
+        ty("blk.0.ffn_gate_inp.weight"),
+        Some((GgmlType::F32, vec![2048, 64]))
+    );
+    assert_eq!(
+        ty("blk.0.attn_q_norm.weight"),
+        Some((GgmlType::F32, vec![2048]))
+    );
+    assert_eq!(ty("blk.0.ffn_up.weight"), None);
+    let q3 = shapes::shape("qwen3-30b-a3b").unwrap();
+    let plans = plan(q3, Mix::Q4_0, 151_936);
+    let ty = |name: &str| {
+        plans
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| (p.ty, p.dims.clone()))
+    };
+    assert_eq!(
+        ty("blk.47.ffn_up_exps.weight"),
+        Some((GgmlType::Q4_0, vec![2048, 768, 128]))
+    );
+    assert_eq!(
+        ty("blk.0.attn_k_norm.weight"),
+        Some((GgmlType::F32, vec![128]))
+    );
+
+    let shape = tiny(Family::Qwen3Moe, false);
+    let (file, _) = write(&shape, Mix::Q4KM);
+    let md = file.metadata();
+    assert_eq!(md.str("general.architecture").unwrap(), "qwen3moe");
+    assert_eq!(md.u64("qwen3moe.expert_count").unwrap(), 4);
+    assert_eq!(md.u64("qwen3moe.expert_used_count").unwrap(), 2);
+    assert_eq!(md.u64("qwen3moe.expert_feed_forward_length").unwrap(), 256);
 }
 
 #[test]
