@@ -1,9 +1,12 @@
 //! `kiln inspect`: a readable dump of a GGUF file — header, whether Kiln runs its
-//! architecture, metadata, tensor table and per-type totals. Long strings and arrays are abbreviated unless `full` is set.
+//! architecture, its experts (count, active, shared) for a mixture of experts, the weight
+//! bytes a token reads, metadata, tensor table and per-type totals. Long strings and arrays
+//! are abbreviated unless `full` is set.
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::path::Path;
+use std::sync::Arc;
 
 use kiln_format::{Array, FormatError, GgmlType, GgufFile, Value};
 
@@ -14,13 +17,13 @@ const SHOWN_CHARS: usize = 80;
 
 /// Opens the GGUF file at `path` and prints its report to `out`.
 pub fn run(path: &Path, full: bool, out: &mut dyn Write) -> Result<(), FormatError> {
-    let file = GgufFile::open(path)?;
+    let file = Arc::new(GgufFile::open(path)?);
     print(&file, &path.display().to_string(), full, out)
 }
 
 /// Prints the report for an already opened file; `name` is shown as the file name.
 pub fn print(
-    file: &GgufFile,
+    file: &Arc<GgufFile>,
     name: &str,
     full: bool,
     out: &mut dyn Write,
@@ -28,7 +31,7 @@ pub fn print(
     report(file, name, full, out).map_err(|source| FormatError::Write { source })
 }
 
-fn report(file: &GgufFile, name: &str, full: bool, out: &mut dyn Write) -> io::Result<()> {
+fn report(file: &Arc<GgufFile>, name: &str, full: bool, out: &mut dyn Write) -> io::Result<()> {
     let tensors = file.tensors();
     writeln!(out, "file:         {name}")?;
     writeln!(
@@ -42,6 +45,29 @@ fn report(file: &GgufFile, name: &str, full: bool, out: &mut dyn Write) -> io::R
     writeln!(out, "tensors:      {}", tensors.len())?;
     writeln!(out, "data offset:  {}", file.data_offset())?;
     writeln!(out, "architecture: {}", architecture(file))?;
+    // Binding the tensors maps them and checks their shapes; nothing is read or copied.
+    if let Ok(model) = kiln_model::Model::from_gguf(Arc::clone(file)) {
+        if let Some(e) = model.experts() {
+            writeln!(
+                out,
+                "experts:      {} per layer, {} active, {} shared ({} of {} layers; expert FFN {})",
+                e.n_expert,
+                e.n_expert_used,
+                e.n_shared,
+                e.moe_layers,
+                model.config().n_layer,
+                e.n_ff_exp
+            )?;
+        }
+        let (per_token, all) = (model.weight_bytes_per_token(), model.weight_bytes());
+        writeln!(
+            out,
+            "per token:    {per_token} weight bytes read ({}, {:.1}% of {})",
+            human_bytes(per_token),
+            100.0 * per_token as f64 / all.max(1) as f64,
+            human_bytes(all)
+        )?;
+    }
 
     let md = file.metadata();
     writeln!(out)?;
@@ -240,7 +266,7 @@ mod tests {
     use super::*;
     use kiln_format::GgufWriter;
 
-    fn sample() -> GgufFile {
+    fn sample() -> Arc<GgufFile> {
         let mut w = GgufWriter::new();
         w.add_metadata("general.architecture", "llama").unwrap();
         w.add_metadata("llama.block_count", 30u32).unwrap();
@@ -259,7 +285,7 @@ mod tests {
         .unwrap();
         w.add_tensor("norm", GgmlType::F32, &[64], vec![0; 256])
             .unwrap();
-        GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()
+        Arc::new(GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap())
     }
 
     fn render(full: bool) -> String {
@@ -290,7 +316,7 @@ mod tests {
     fn an_architecture_kiln_does_not_run_is_flagged_with_the_supported_list() {
         let mut w = GgufWriter::new();
         w.add_metadata("general.architecture", "mllama").unwrap();
-        let file = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
+        let file = Arc::new(GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap());
         let mut out = Vec::new();
         print(&file, "x.gguf", false, &mut out).unwrap();
         let s = String::from_utf8(out).unwrap();
@@ -299,6 +325,30 @@ mod tests {
             kiln_model::supported_architectures().join(", ")
         );
         assert!(s.contains(&want), "{s}");
+    }
+
+    #[test]
+    fn a_mixture_of_experts_shows_its_experts_and_the_bytes_a_token_reads() {
+        let path = Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../testdata/hf-tiny/qwen2moe/model-f32.gguf"
+        ));
+        let mut out = Vec::new();
+        run(path, false, &mut out).unwrap();
+        let s = String::from_utf8(out).unwrap();
+        assert!(
+            s.contains(
+                "experts:      4 per layer, 2 active, 1 shared (2 of 2 layers; expert FFN 16)\n"
+            ),
+            "{s}"
+        );
+        let model = kiln_model::Model::open(path).unwrap();
+        let line = format!(
+            "per token:    {} weight bytes read (",
+            model.weight_bytes_per_token()
+        );
+        assert!(s.contains(&line), "{s}");
+        assert!(model.weight_bytes_per_token() < model.weight_bytes());
     }
 
     #[test]
