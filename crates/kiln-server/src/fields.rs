@@ -498,7 +498,7 @@ fn accepted_anyway(name: &str, v: &Value, obj: &Map<String, Value>) -> bool {
 pub fn check(endpoint: Endpoint, body: &mut Value, lenient: bool) -> Result<(), ApiError> {
     let Some(obj) = body.as_object_mut() else {
         return Err(ApiError::bad_request(
-            "the request body must be a JSON object",
+            "We could not parse the JSON body of your request: it must be a JSON object",
             None,
         ));
     };

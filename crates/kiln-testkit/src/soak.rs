@@ -383,7 +383,7 @@ fn expected_refusal(a: Action) -> Option<(u16, &'static str)> {
 }
 
 /// The reason an error body names: its `code`, else its `param`, else `malformed_json`
-/// for a JSON parse error.
+/// for a JSON parse error or an unrecognized field.
 fn reason(v: &Value) -> Option<String> {
     let e = v.get("error")?;
     e["message"].as_str()?;
@@ -394,11 +394,15 @@ fn reason(v: &Value) -> Option<String> {
         return Some(p.to_string());
     }
     let m = e["message"].as_str().unwrap_or("");
-    Some(if m.contains("parse the JSON") {
-        "malformed_json".to_string()
-    } else {
-        e["type"].as_str().unwrap_or("unknown").to_string()
-    })
+    // A body with a field neither endpoint knows is refused as OpenAI does
+    // ("Unrecognized request argument supplied: …"): malformed too.
+    Some(
+        if m.contains("parse the JSON") || m.starts_with("Unrecognized request argument") {
+            "malformed_json".to_string()
+        } else {
+            e["type"].as_str().unwrap_or("unknown").to_string()
+        },
+    )
 }
 
 struct Client<'a> {
