@@ -502,8 +502,13 @@ fn kv_events_reach_a_pyzmq_subscriber_parents_first_and_removals_name_stored_blo
         .and_then(Result::ok)
         .and_then(|l| serde_json::from_str(&l).ok())
         .unwrap_or_else(|| panic!("no summary: {stderr}"));
-    assert!(summary["stored"].as_u64() >= Some(20), "{summary}");
-    assert!(summary["removed"].as_u64() >= Some(4), "{summary}");
+    // The pool holds 24 blocks, so all but 24 of the stored blocks must have been removed.
+    let stored = summary["stored"].as_u64().unwrap_or(0);
+    assert!(stored > 24, "{summary}");
+    assert!(
+        summary["removed"].as_u64().unwrap_or(0) >= stored - 24,
+        "{summary}"
+    );
     assert_eq!(m.kv_event_batches_dropped, 0);
 }
 
