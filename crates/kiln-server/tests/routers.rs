@@ -476,7 +476,9 @@ fn kv_events_reach_a_pyzmq_subscriber_parents_first_and_removals_name_stored_blo
         },
     )
     .expect("publisher");
-    std::thread::sleep(Duration::from_millis(200));
+    // Time for the subscription to reach the publisher (a PUB socket drops what it sends
+    // before): a missed store would make its later removal look unknown.
+    std::thread::sleep(Duration::from_secs(1));
     let run = |i: usize| {
         let text = format!("Story number {i}: {}", &long_prompt()[..300]);
         let ids = tokenizer.encode(&text, true, true).unwrap();
