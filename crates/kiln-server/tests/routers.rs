@@ -476,7 +476,9 @@ fn kv_events_reach_a_pyzmq_subscriber_parents_first_and_removals_name_stored_blo
         },
     )
     .expect("publisher");
-    std::thread::sleep(Duration::from_millis(200));
+    // Time for the subscription to reach the publisher (a PUB socket drops what it sends
+    // before): a missed store would make its later removal look unknown.
+    std::thread::sleep(Duration::from_secs(1));
     let run = |i: usize| {
         let text = format!("Story number {i}: {}", &long_prompt()[..300]);
         let ids = tokenizer.encode(&text, true, true).unwrap();
@@ -502,8 +504,13 @@ fn kv_events_reach_a_pyzmq_subscriber_parents_first_and_removals_name_stored_blo
         .and_then(Result::ok)
         .and_then(|l| serde_json::from_str(&l).ok())
         .unwrap_or_else(|| panic!("no summary: {stderr}"));
-    assert!(summary["stored"].as_u64() >= Some(20), "{summary}");
-    assert!(summary["removed"].as_u64() >= Some(4), "{summary}");
+    // The pool holds 24 blocks, so all but 24 of the stored blocks must have been removed.
+    let stored = summary["stored"].as_u64().unwrap_or(0);
+    assert!(stored > 24, "{summary}");
+    assert!(
+        summary["removed"].as_u64().unwrap_or(0) >= stored - 24,
+        "{summary}"
+    );
     assert_eq!(m.kv_event_batches_dropped, 0);
 }
 
