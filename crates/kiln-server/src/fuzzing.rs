@@ -50,7 +50,7 @@ pub fn parse_request(
         }
         Endpoint::Chat => {
             let req: ChatRequest = parse_json(body)?;
-            let (p, prompt, _) = prepare_chat(req, tokenizer, template, limits)?;
+            let (p, (prompt, _), _) = prepare_chat(req, tokenizer, template, limits)?;
             (p, vec![prompt], "messages")
         }
     };

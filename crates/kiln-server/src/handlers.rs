@@ -6,18 +6,21 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use kiln_engine::{Event, FinishReason, Request};
+use std::sync::Arc;
+
+use kiln_engine::{Event, FinishReason, Grammar, Request};
 use kiln_tokenizer::Tokenizer;
-use kiln_tokenizer::chat::{ChatTemplate, Conversation, RenderOptions};
+use kiln_tokenizer::chat::ChatTemplate;
 use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::params::{self, Params};
 use crate::state::{AppState, Backend, ServerConfig};
 use crate::stream::{self, Choice, Kind, StreamCtx};
+use crate::tools;
 use crate::wire::{
-    ChatChoice, ChatMessageOut, ChatRequest, ChatResponse, CompletionChoice, CompletionRequest,
-    CompletionResponse, ModelCard, ModelList, Prompt, UsageJson,
+    ChatChoice, ChatRequest, ChatResponse, CompletionChoice, CompletionRequest, CompletionResponse,
+    ModelCard, ModelList, Prompt, UsageJson,
 };
 
 /// The body as bytes: 413 over the limit, 400 when unreadable.
@@ -208,30 +211,29 @@ async fn chat_inner(
     let req: ChatRequest = parse_json(&bytes)?;
     let b = ready(state)?;
     check_model(b, req.common.model.as_deref())?;
-    let (p, prompt, logprobs) =
+    let (p, (prompt, spec), logprobs) =
         prepare_chat(req, &b.tokenizer, b.template.as_deref(), state.config())?;
-    let ctx = StreamCtx::new(state, Kind::Chat, logprobs.is_some());
+    let mut ctx = StreamCtx::new(state, Kind::Chat, logprobs.is_some());
+    ctx.output = Some(spec);
     respond(state, b, &p, vec![prompt], ctx, "messages").await
 }
 
+/// A chat prompt's ids and how to split its reply.
+pub(crate) type ChatPrompt = (Vec<u32>, Arc<tools::OutputSpec>);
+
+/// A chat prompt's ids, the grammar a required tool call is held to, and how to split the
+/// reply.
+type RenderedChat = (Vec<u32>, Option<Arc<Grammar>>, Arc<tools::OutputSpec>);
+
 /// Validates a chat request (everything but the model name) and renders and tokenizes
-/// its messages: the shared settings, the prompt, and the logprobs asked for.
+/// its messages: the shared settings, the prompt with how to split its reply, and the
+/// logprobs asked for.
 pub(crate) fn prepare_chat(
     req: ChatRequest,
     tokenizer: &Tokenizer,
     template: Option<&ChatTemplate>,
     limits: &ServerConfig,
-) -> Result<Prepared<Vec<u32>>, ApiError> {
-    if req
-        .tools
-        .as_ref()
-        .is_some_and(|t| !t.is_null() && t.as_array().is_none_or(|a| !a.is_empty()))
-    {
-        return Err(ApiError::bad_request(
-            "tools (function calling) are not supported",
-            Some("tools"),
-        ));
-    }
+) -> Result<Prepared<ChatPrompt>, ApiError> {
     let logprobs = match (req.logprobs, req.top_logprobs) {
         (Some(true), k) => match k.unwrap_or(0) {
             k if k >= 0 => Some(k as usize),
@@ -251,7 +253,7 @@ pub(crate) fn prepare_chat(
         _ => None,
     };
     let max_tokens = req.max_completion_tokens.or(req.common.max_tokens);
-    let p = params::parse(
+    let mut p = params::parse(
         &req.common,
         max_tokens,
         logprobs,
@@ -261,17 +263,34 @@ pub(crate) fn prepare_chat(
     let messages = req
         .messages
         .ok_or_else(|| ApiError::bad_request("messages is required", Some("messages")))?;
-    let prompt = chat_prompt(tokenizer, template, messages)?;
-    Ok((p, prompt, logprobs))
+    let fields = tools::ToolFields {
+        tools: req.tools.as_ref(),
+        tool_choice: req.tool_choice.as_ref(),
+        parallel_tool_calls: req.parallel_tool_calls,
+        chat_template_kwargs: req.chat_template_kwargs.as_ref(),
+    };
+    let (prompt, rendered_grammar, spec) = chat_prompt(tokenizer, template, messages, fields)?;
+    if let Some(g) = rendered_grammar {
+        if p.grammar.is_some() {
+            return Err(ApiError::bad_request(
+                "response_format cannot be combined with a required tool call",
+                Some("response_format"),
+            ));
+        }
+        p.grammar = Some(g);
+    }
+    Ok((p, (prompt, spec), logprobs))
 }
 
 /// Renders `messages` with the model's chat template (ending with the assistant's header)
-/// and tokenizes the result.
+/// and tokenizes the result; with the grammar a required tool call is held to, and how to
+/// split the reply.
 fn chat_prompt(
     tokenizer: &Tokenizer,
     template: Option<&ChatTemplate>,
     messages: Vec<Value>,
-) -> Result<Vec<u32>, ApiError> {
+    fields: tools::ToolFields<'_>,
+) -> Result<RenderedChat, ApiError> {
     let template = template.ok_or_else(|| {
         ApiError::bad_request(
             "this model has no chat template; use /v1/completions",
@@ -285,23 +304,16 @@ fn chat_prompt(
         .into_iter()
         .map(normalize_message)
         .collect::<Result<Vec<_>, _>>()?;
-    let json = Value::Array(messages).to_string();
-    let conv = Conversation::from_json(&json)
-        .map_err(|e| ApiError::bad_request(e.to_string(), Some("messages")))?;
-    let text = template
-        .render(&conv, &RenderOptions::generation())
+    let rendered = tools::render(template, tokenizer, messages, fields)?;
+    let ids = template
+        .prompt_tokens(tokenizer, &rendered.text)
         .map_err(|e| {
             ApiError::bad_request(
-                format!("the chat template rejected the messages: {e}"),
+                format!("cannot tokenize the messages: {e}"),
                 Some("messages"),
             )
         })?;
-    template.prompt_tokens(tokenizer, &text).map_err(|e| {
-        ApiError::bad_request(
-            format!("cannot tokenize the messages: {e}"),
-            Some("messages"),
-        )
-    })
+    Ok((ids, rendered.grammar, rendered.spec))
 }
 
 /// Checks one message and flattens content parts (`[{"type":"text","text":…}]`) to a
@@ -398,7 +410,10 @@ async fn collect_one(ctx: &StreamCtx, c: Choice) -> Result<Collected, ApiError> 
                 top,
             }) => {
                 ctx.record_logprobs(&mut out, text.len(), id, logprob, &top);
-                text.push_str(&piece);
+                match &ctx.output {
+                    Some(spec) => text.push_str(spec.token_text(id, &piece)),
+                    None => text.push_str(&piece),
+                }
             }
             Some(Event::Done { finish, usage, .. }) => {
                 if finish == FinishReason::Cancelled {
@@ -459,14 +474,15 @@ async fn collect(ctx: StreamCtx, choices: Vec<Choice>) -> Result<Response, ApiEr
             model: ctx.model.clone(),
             choices: done
                 .into_iter()
-                .map(|c| ChatChoice {
-                    index: c.index,
-                    message: ChatMessageOut {
-                        role: "assistant",
-                        content: c.text,
-                    },
-                    logprobs: ctx.logprobs.then_some(c.out.chat),
-                    finish_reason: c.finish.as_str(),
+                .map(|c| {
+                    let (message, finish_reason) =
+                        tools::message(ctx.output.as_ref(), &c.text, c.finish);
+                    ChatChoice {
+                        index: c.index,
+                        message,
+                        logprobs: ctx.logprobs.then_some(c.out.chat),
+                        finish_reason,
+                    }
                 })
                 .collect(),
             usage,

@@ -26,6 +26,7 @@ mod params;
 mod routes;
 mod state;
 mod stream;
+mod tools;
 pub mod wire;
 
 pub use error::ApiError;
