@@ -304,7 +304,12 @@ fn chat_prompt(
         .into_iter()
         .map(normalize_message)
         .collect::<Result<Vec<_>, _>>()?;
-    let rendered = tools::render(template, tokenizer, messages, fields)?;
+    let control_id = |text: &str| {
+        tokenizer
+            .token_id(text)
+            .filter(|&id| tokenizer.is_control(id))
+    };
+    let rendered = tools::render(template, &control_id, messages, fields)?;
     let ids = template
         .prompt_tokens(tokenizer, &rendered.text)
         .map_err(|e| {

@@ -16,7 +16,6 @@ pub mod split;
 use std::sync::Arc;
 
 use kiln_engine::{FinishReason, Grammar};
-use kiln_tokenizer::Tokenizer;
 use kiln_tokenizer::chat::{ChatTemplate, Conversation};
 use serde_json::Value;
 
@@ -324,10 +323,11 @@ fn template_source(template: &ChatTemplate, with_tools: bool) -> String {
     template.source(name).unwrap_or_default()
 }
 
-/// Renders `messages` (already checked and flattened) with the tool fields applied.
+/// Renders `messages` (already checked and flattened) with the tool fields applied;
+/// `control_id` gives the id of a control token with this text, if the vocabulary has one.
 pub fn render(
     template: &ChatTemplate,
-    tokenizer: &Tokenizer,
+    control_id: &dyn Fn(&str) -> Option<u32>,
     mut messages: Vec<Value>,
     f: ToolFields<'_>,
 ) -> Result<Rendered, ApiError> {
@@ -408,10 +408,7 @@ pub fn render(
     let markers = if use_tools || think {
         MARKERS
             .iter()
-            .filter_map(|m| {
-                let id = tokenizer.token_id(m)?;
-                tokenizer.is_control(id).then(|| (id, m.to_string()))
-            })
+            .filter_map(|m| control_id(m).map(|id| (id, m.to_string())))
             .collect()
     } else {
         Vec::new()
@@ -566,6 +563,84 @@ mod tests {
                 call_grammar(family, &refs, parallel).unwrap();
             }
         }
+    }
+
+    const HERMES: &str = "{%- if tools %}TOOLS{% for t in tools %} {{ t.function.name }}{% endfor %}\n{% endif %}\
+{%- for m in messages %}<{{ m.role }}>{{ m.content }}\
+{%- for c in m.tool_calls %}<tool_call>{\"name\": \"{{ c.function.name }}\", \"arguments\": {{ c.function.arguments | tojson }}}</tool_call>{% endfor %}\n{% endfor %}\
+{%- if enable_thinking is defined %}THINK={{ enable_thinking }}\n{% endif %}<assistant>";
+
+    fn template(src: &str) -> ChatTemplate {
+        ChatTemplate::new(src, "test", kiln_tokenizer::chat::SpecialTokens::default()).unwrap()
+    }
+
+    fn conversation() -> Vec<Value> {
+        vec![
+            json!({"role":"user","content":"Weather in Paris?"}),
+            json!({"role":"assistant","tool_calls":[{"id":"call_1","type":"function",
+                "function":{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"}}]}),
+            json!({"role":"tool","tool_call_id":"call_1","content":"18C"}),
+        ]
+    }
+
+    #[test]
+    fn the_template_renders_tools_calls_and_kwargs_and_required_ends_inside_the_call() {
+        let t = template(HERMES);
+        let tools = weather();
+        let kwargs = json!({"enable_thinking": false});
+        let fields = |choice: Option<&'static Value>| ToolFields {
+            tools: Some(&tools),
+            tool_choice: choice,
+            parallel_tool_calls: None,
+            chat_template_kwargs: Some(&kwargs),
+        };
+        let r = render(&t, &|_| None, conversation(), fields(None)).unwrap();
+        assert!(r.text.starts_with("TOOLS get_weather<user>"), "{}", r.text);
+        assert!(
+            r.text.contains(
+                r#"<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call><tool>18C"#
+            ),
+            "{}",
+            r.text
+        );
+        assert!(r.text.ends_with("THINK=False\n<assistant>"), "{}", r.text);
+        assert_eq!(r.spec.family, Some(Family::Hermes));
+        assert!(r.grammar.is_none());
+        static REQUIRED: std::sync::LazyLock<Value> =
+            std::sync::LazyLock::new(|| json!("required"));
+        let r = render(&t, &|_| None, conversation(), fields(Some(&REQUIRED))).unwrap();
+        assert!(r.text.ends_with("<assistant><tool_call>\n"), "{}", r.text);
+        let g = r.grammar.unwrap();
+        assert!(g.matches(br#"{"name": "get_weather", "arguments": {"city": "Paris"}}"#));
+        assert!(!g.matches(br#"{"name": "get_weather", "arguments": {}}"#));
+        assert!(!g.matches(br#"{"name": "other", "arguments": {"city": "Paris"}}"#));
+        static NONE: std::sync::LazyLock<Value> = std::sync::LazyLock::new(|| json!("none"));
+        let r = render(&t, &|_| None, conversation(), fields(Some(&NONE))).unwrap();
+        assert!(!r.text.starts_with("TOOLS") && r.spec.family.is_none());
+    }
+
+    #[test]
+    fn templates_without_tools_get_them_described_in_a_system_message() {
+        let t = template("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}>");
+        let tools = weather();
+        let r = render(
+            &t,
+            &|_| None,
+            conversation(),
+            ToolFields {
+                tools: Some(&tools),
+                ..ToolFields::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(r.spec.family, Some(Family::Generic));
+        assert!(
+            r.text.starts_with("[system] You can call these functions"),
+            "{}",
+            r.text
+        );
+        assert!(r.text.contains(r#"[assistant] {"tool_calls":[{"arguments":{"city":"Paris"},"name":"get_weather"}]}"#), "{}", r.text);
+        assert!(r.text.contains("[user] Tool result: 18C"), "{}", r.text);
     }
 
     #[test]
