@@ -18,7 +18,7 @@ use crate::fields::{self, Endpoint};
 use crate::params::{self, Params};
 use crate::state::{AppState, Backend, ServerConfig};
 use crate::stream::{self, Choice, Kind, StreamCtx};
-use crate::tools;
+use crate::tools::{self, ChatRender};
 use crate::wire::{
     ChatChoice, ChatRequest, ChatResponse, CompletionChoice, CompletionRequest, CompletionResponse,
     ModelCard, ModelList, Prompt, UsageJson,
@@ -286,14 +286,8 @@ pub(crate) fn prepare_chat(
     Ok((p, (prompt, spec), logprobs))
 }
 
-/// How the messages are rendered: `add_generation_prompt` (default true) and
+/// The [`ChatRender`] options of a request: `add_generation_prompt` (default true) and
 /// `continue_final_message` (default false; not both true).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ChatRender {
-    pub add_generation_prompt: bool,
-    pub continue_final_message: bool,
-}
-
 pub(crate) fn render_options(
     add_generation_prompt: Option<bool>,
     continue_final_message: Option<bool>,

@@ -23,7 +23,6 @@ pub use family::Family;
 pub use parse::ParsedCall;
 
 use crate::error::ApiError;
-use crate::handlers::ChatRender;
 use crate::wire::{ChatMessageOut, FunctionCall, ToolCallOut};
 
 /// How a reply is to be split (shared by the choices of one request).
@@ -86,6 +85,15 @@ pub struct ToolFields<'a> {
     pub tool_choice: Option<&'a Value>,
     pub parallel_tool_calls: Option<bool>,
     pub chat_template_kwargs: Option<&'a Value>,
+}
+
+/// How the messages are rendered: end with the assistant's header
+/// (`add_generation_prompt`), or continue the last message (`continue_final_message`:
+/// the prompt is cut right after its content).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChatRender {
+    pub add_generation_prompt: bool,
+    pub continue_final_message: bool,
 }
 
 /// A rendered prompt and how to treat its reply.
