@@ -84,12 +84,14 @@ pub fn run(skip: &[String]) -> Result<(), XtaskError> {
 }
 
 /// Python modules the tests run independent clients with (kiln-server's `tests/python/`
-/// and `deploy/check_deploy.py`): import name, PyPI name.
+/// and `tests/clients/`, and `deploy/check_deploy.py`): import name, PyPI name.
 const PYTHON_MODULES: &[(&str, &str)] = &[
     ("prometheus_client", "prometheus_client"),
     ("zmq", "pyzmq"),
     ("msgpack", "msgpack"),
     ("yaml", "pyyaml"),
+    ("openai", "openai"),
+    ("jsonschema", "jsonschema"),
 ];
 
 /// Installs with `python3 -m pip install` the modules of [`PYTHON_MODULES`] that do not

@@ -297,37 +297,37 @@ pub const FIELDS: &[Field] = &[
     f(
         "tools",
         Chat,
-        Refused,
-        r#"[{"type":"function","function":{"name":"f"}}]"#,
-        "function calling is not supported (an empty list is accepted)",
+        Honoured,
+        r#"[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}]"#,
+        "functions the model may call, rendered by the model's chat template; calls come back as `tool_calls`",
     ),
     f(
         "tool_choice",
         Chat,
-        Refused,
+        Honoured,
         r#""auto""#,
-        "function calling is not supported (`none` is accepted)",
+        "`auto` (default), `none`, `required` or `{\"type\":\"function\",\"function\":{\"name\":…}}`; a required call is held to the tool schemas by a grammar",
     ),
     f(
         "parallel_tool_calls",
         Chat,
-        Refused,
-        "true",
-        "function calling is not supported",
+        Honoured,
+        "false",
+        "whether one reply may hold several calls (default true)",
     ),
     f(
         "functions",
         Chat,
         Refused,
         r#"[{"name":"f"}]"#,
-        "function calling is not supported",
+        "the deprecated form of `tools`, not supported: use `tools` (an empty list is accepted)",
     ),
     f(
         "function_call",
         Chat,
         Refused,
         r#""auto""#,
-        "function calling is not supported (`none` is accepted)",
+        "the deprecated form of `tool_choice`, not supported: use `tool_choice` (`none` is accepted)",
     ),
     f(
         "reasoning_effort",
@@ -339,9 +339,9 @@ pub const FIELDS: &[Field] = &[
     f(
         "chat_template_kwargs",
         Chat,
-        Refused,
+        Honoured,
         r#"{"enable_thinking":false}"#,
-        "template variables are not supported",
+        "extra chat-template variables (an object)",
     ),
     // llama.cpp / vLLM extensions, both endpoints.
     f(
@@ -482,11 +482,11 @@ pub fn of(endpoint: Endpoint) -> impl Iterator<Item = &'static Field> {
 /// A refused field's values that ask for nothing and are accepted (`obj` is the body).
 fn accepted_anyway(name: &str, v: &Value, obj: &Map<String, Value>) -> bool {
     match name {
-        "echo" | "parallel_tool_calls" => v == &Value::Bool(false),
+        "echo" => v == &Value::Bool(false),
         "best_of" => v.as_i64() == Some(obj.get("n").and_then(Value::as_i64).unwrap_or(1)),
         "suffix" => v.as_str() == Some(""),
-        "tools" | "functions" => v.as_array().is_some_and(Vec::is_empty),
-        "tool_choice" | "function_call" => v.as_str() == Some("none"),
+        "functions" => v.as_array().is_some_and(Vec::is_empty),
+        "function_call" => v.as_str() == Some("none"),
         "modalities" => v.as_array().is_some_and(|a| a.iter().all(|m| m == "text")),
         _ => false,
     }
@@ -600,11 +600,14 @@ mod tests {
 
     #[test]
     fn refused_fields_name_themselves_and_their_neutral_values_pass() {
-        let mut body = serde_json::json!({"messages":[],"tools":[{"type":"function"}]});
+        let mut body = serde_json::json!({"messages":[],"functions":[{"name":"f"}]});
         let e = check(Endpoint::Chat, &mut body, false).unwrap_err();
-        assert_eq!(e.param, Some("tools"));
+        assert_eq!(e.param, Some("functions"));
         for ok in [
-            serde_json::json!({"messages":[],"tools":[],"tool_choice":"none","modalities":["text"]}),
+            serde_json::json!({"messages":[],"functions":[],"function_call":"none","modalities":["text"]}),
+            // Honoured: checked by the tools module, not refused here.
+            serde_json::json!({"messages":[],"tools":[{"type":"function"}],"tool_choice":"required",
+                "parallel_tool_calls":true,"chat_template_kwargs":{"enable_thinking":false}}),
             serde_json::json!({"messages":[],"audio":null}),
         ] {
             let mut b = ok.clone();

@@ -44,7 +44,7 @@ pub fn parse_request(
         }
         Endpoint::Chat => {
             let req: ChatRequest = read_request(body, endpoint, limits)?;
-            let (p, prompt, _) = prepare_chat(req, tokenizer, template, limits)?;
+            let (p, (prompt, _), _) = prepare_chat(req, tokenizer, template, limits)?;
             (p, vec![prompt], "messages")
         }
     };

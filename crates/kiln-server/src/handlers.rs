@@ -6,9 +6,11 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use kiln_engine::{Event, FinishReason, Request};
+use std::sync::Arc;
+
+use kiln_engine::{Event, FinishReason, Grammar, Request};
 use kiln_tokenizer::Tokenizer;
-use kiln_tokenizer::chat::{ChatTemplate, Conversation, RenderOptions};
+use kiln_tokenizer::chat::ChatTemplate;
 use serde_json::Value;
 
 use crate::error::ApiError;
@@ -16,9 +18,10 @@ use crate::fields::{self, Endpoint};
 use crate::params::{self, Params};
 use crate::state::{AppState, Backend, ServerConfig};
 use crate::stream::{self, Choice, Kind, StreamCtx};
+use crate::tools::{self, ChatRender};
 use crate::wire::{
-    ChatChoice, ChatMessageOut, ChatRequest, ChatResponse, CompletionChoice, CompletionRequest,
-    CompletionResponse, ModelCard, ModelList, Prompt, UsageJson,
+    ChatChoice, ChatRequest, ChatResponse, CompletionChoice, CompletionRequest, CompletionResponse,
+    ModelCard, ModelList, Prompt, UsageJson,
 };
 
 /// The body as bytes: 413 over the limit, 400 when unreadable.
@@ -210,21 +213,29 @@ async fn chat_inner(
     let req: ChatRequest = read_request(&bytes, Endpoint::Chat, state.config())?;
     let b = ready(state)?;
     check_model(b, req.common.model.as_deref())?;
-    let (p, prompt, logprobs) =
+    let (p, (prompt, spec), logprobs) =
         prepare_chat(req, &b.tokenizer, b.template.as_deref(), state.config())?;
-    let ctx = StreamCtx::new(state, Kind::Chat, logprobs.is_some());
+    let mut ctx = StreamCtx::new(state, Kind::Chat, logprobs.is_some());
+    ctx.output = Some(spec);
     respond(state, b, &p, vec![prompt], ctx, "messages").await
 }
 
+/// A chat prompt's ids and how to split its reply.
+pub(crate) type ChatPrompt = (Vec<u32>, Arc<tools::OutputSpec>);
+
+/// A chat prompt's ids, the grammar a required tool call is held to, and how to split the
+/// reply.
+type RenderedChat = (Vec<u32>, Option<Arc<Grammar>>, Arc<tools::OutputSpec>);
+
 /// Validates a chat request (everything but the model name) and renders and tokenizes
-/// its messages: the shared settings, the prompt, and the logprobs asked for.
+/// its messages: the shared settings, the prompt with how to split its reply, and the
+/// logprobs asked for.
 pub(crate) fn prepare_chat(
     req: ChatRequest,
     tokenizer: &Tokenizer,
     template: Option<&ChatTemplate>,
     limits: &ServerConfig,
-) -> Result<Prepared<Vec<u32>>, ApiError> {
-    // `tools` asking for something was refused by the field list.
+) -> Result<Prepared<ChatPrompt>, ApiError> {
     let logprobs = match (req.logprobs, req.top_logprobs) {
         (Some(true), k) => match k.unwrap_or(0) {
             k if k >= 0 => Some(k as usize),
@@ -244,7 +255,7 @@ pub(crate) fn prepare_chat(
         _ => None,
     };
     let max_tokens = req.max_completion_tokens.or(req.common.max_tokens);
-    let p = params::parse(
+    let mut p = params::parse(
         &req.common,
         max_tokens,
         logprobs,
@@ -255,20 +266,28 @@ pub(crate) fn prepare_chat(
         .messages
         .ok_or_else(|| ApiError::bad_request("messages is required", Some("messages")))?;
     let opts = render_options(req.add_generation_prompt, req.continue_final_message)?;
-    let prompt = chat_prompt(tokenizer, template, messages, &opts)?;
-    Ok((p, prompt, logprobs))
+    let fields = tools::ToolFields {
+        tools: req.tools.as_ref(),
+        tool_choice: req.tool_choice.as_ref(),
+        parallel_tool_calls: req.parallel_tool_calls,
+        chat_template_kwargs: req.chat_template_kwargs.as_ref(),
+    };
+    let (prompt, rendered_grammar, spec) =
+        chat_prompt(tokenizer, template, messages, fields, &opts)?;
+    if let Some(g) = rendered_grammar {
+        if p.grammar.is_some() {
+            return Err(ApiError::bad_request(
+                "response_format cannot be combined with a required tool call",
+                Some("response_format"),
+            ));
+        }
+        p.grammar = Some(g);
+    }
+    Ok((p, (prompt, spec), logprobs))
 }
 
-/// Renders `messages` with the model's chat template (ending with the assistant's header)
-/// and tokenizes the result.
-/// How the messages are rendered: `add_generation_prompt` (default true) and
+/// The [`ChatRender`] options of a request: `add_generation_prompt` (default true) and
 /// `continue_final_message` (default false; not both true).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ChatRender {
-    pub add_generation_prompt: bool,
-    pub continue_final_message: bool,
-}
-
 pub(crate) fn render_options(
     add_generation_prompt: Option<bool>,
     continue_final_message: Option<bool>,
@@ -286,12 +305,16 @@ pub(crate) fn render_options(
     })
 }
 
-/// Renders `messages` with the template as `opts` says.
+/// Renders `messages` with the model's chat template, the tool fields and `opts` applied:
+/// the one render path of `/v1/chat/completions`, its `/render` and `/apply-template`.
+/// `tokenizer` tells which markup is a control token (the reply splitter needs them).
 pub(crate) fn render_chat(
+    tokenizer: &Tokenizer,
     template: Option<&ChatTemplate>,
     messages: Vec<Value>,
+    fields: tools::ToolFields<'_>,
     opts: &ChatRender,
-) -> Result<String, ApiError> {
+) -> Result<tools::Rendered, ApiError> {
     let template = template.ok_or_else(|| {
         ApiError::bad_request(
             "this model has no chat template; use /v1/completions",
@@ -305,59 +328,36 @@ pub(crate) fn render_chat(
         .into_iter()
         .map(normalize_message)
         .collect::<Result<Vec<_>, _>>()?;
-    let last = messages
-        .last()
-        .and_then(|m| m.get("content"))
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    let json = Value::Array(messages).to_string();
-    let conv = Conversation::from_json(&json)
-        .map_err(|e| ApiError::bad_request(e.to_string(), Some("messages")))?;
-    let options = RenderOptions {
-        add_generation_prompt: opts.add_generation_prompt,
-        ..RenderOptions::default()
+    let control_id = |text: &str| {
+        tokenizer
+            .token_id(text)
+            .filter(|&id| tokenizer.is_control(id))
     };
-    let mut text = template.render(&conv, &options).map_err(|e| {
-        ApiError::bad_request(
-            format!("the chat template rejected the messages: {e}"),
-            Some("messages"),
-        )
-    })?;
-    if opts.continue_final_message {
-        // Cut after the last message's content: the model continues it (its end-of-turn
-        // marker, which the template wrote, goes).
-        let needle = last.trim_end();
-        let at = (!needle.is_empty())
-            .then(|| text.rfind(needle))
-            .flatten()
-            .ok_or_else(|| {
-                ApiError::bad_request(
-                    "continue_final_message: the last message's content is empty or not in the rendered prompt",
-                    Some("continue_final_message"),
-                )
-            })?;
-        text.truncate(at + needle.len());
-    }
-    Ok(text)
+    tools::render(template, &control_id, messages, fields, opts)
 }
 
+/// [`render_chat`], tokenized: the prompt's ids, the grammar a required tool call is held
+/// to, and how to split the reply.
 fn chat_prompt(
     tokenizer: &Tokenizer,
     template: Option<&ChatTemplate>,
     messages: Vec<Value>,
+    fields: tools::ToolFields<'_>,
     opts: &ChatRender,
-) -> Result<Vec<u32>, ApiError> {
-    let text = render_chat(template, messages, opts)?;
-    let tokens = template.map(|t| t.prompt_tokens(tokenizer, &text));
-    tokens
-        .ok_or_else(|| ApiError::bad_request("this model has no chat template", Some("messages")))?
+) -> Result<RenderedChat, ApiError> {
+    let rendered = render_chat(tokenizer, template, messages, fields, opts)?;
+    let template = template.ok_or_else(|| {
+        ApiError::bad_request("this model has no chat template", Some("messages"))
+    })?;
+    let ids = template
+        .prompt_tokens(tokenizer, &rendered.text)
         .map_err(|e| {
             ApiError::bad_request(
                 format!("cannot tokenize the messages: {e}"),
                 Some("messages"),
             )
-        })
+        })?;
+    Ok((ids, rendered.grammar, rendered.spec))
 }
 
 /// The message roles OpenAI accepts.
@@ -459,7 +459,7 @@ pub async fn completions_render(
 ) -> Response {
     let r = async {
         let bytes = body_bytes(body, state.config().max_body_bytes)?;
-        let req: CompletionRequest = parse_json(&bytes)?;
+        let req: CompletionRequest = read_request(&bytes, Endpoint::Completions, state.config())?;
         let b = ready(&state)?;
         check_model(b, req.common.model.as_deref())?;
         let (p, prompts, _) = prepare_completion(req, &b.tokenizer, state.config())?;
@@ -477,10 +477,10 @@ pub async fn chat_render(
 ) -> Response {
     let r = async {
         let bytes = body_bytes(body, state.config().max_body_bytes)?;
-        let req: ChatRequest = parse_json(&bytes)?;
+        let req: ChatRequest = read_request(&bytes, Endpoint::Chat, state.config())?;
         let b = ready(&state)?;
         check_model(b, req.common.model.as_deref())?;
-        let (p, prompt, _) =
+        let (p, (prompt, _), _) =
             prepare_chat(req, &b.tokenizer, b.template.as_deref(), state.config())?;
         rendered(b, engine_requests(&state, b, &p, vec![prompt], "messages")?)
     }
@@ -547,7 +547,10 @@ async fn collect_one(ctx: &StreamCtx, c: Choice) -> Result<Collected, ApiError> 
                 top,
             }) => {
                 ctx.record_logprobs(&mut out, text.len(), id, logprob, &top);
-                text.push_str(&piece);
+                match &ctx.output {
+                    Some(spec) => text.push_str(spec.token_text(id, &piece)),
+                    None => text.push_str(&piece),
+                }
             }
             Some(Event::Done { finish, usage, .. }) => {
                 if finish == FinishReason::Cancelled {
@@ -608,14 +611,15 @@ async fn collect(ctx: StreamCtx, choices: Vec<Choice>) -> Result<Response, ApiEr
             model: ctx.model.clone(),
             choices: done
                 .into_iter()
-                .map(|c| ChatChoice {
-                    index: c.index,
-                    message: ChatMessageOut {
-                        role: "assistant",
-                        content: c.text,
-                    },
-                    logprobs: ctx.logprobs.then_some(c.out.chat),
-                    finish_reason: c.finish.as_str(),
+                .map(|c| {
+                    let (message, finish_reason) =
+                        tools::message(ctx.output.as_ref(), &c.text, c.finish);
+                    ChatChoice {
+                        index: c.index,
+                        message,
+                        logprobs: ctx.logprobs.then_some(c.out.chat),
+                        finish_reason,
+                    }
                 })
                 .collect(),
             usage,

@@ -30,6 +30,7 @@ mod params;
 mod routes;
 mod state;
 mod stream;
+mod tools;
 mod utility;
 pub mod wire;
 

@@ -17,10 +17,28 @@ use kiln_tokenizer::Tokenizer;
 
 use crate::error::ApiError;
 use crate::state::{AppState, InFlight};
+use crate::tools::split::{Piece, Splitter};
+use crate::tools::{self, OutputSpec};
 use crate::wire::{
     ChatChunk, ChatChunkChoice, ChatLogprobs, ChatTokenLogprob, ChatTopLogprob, CompletionChoice,
-    CompletionLogprobs, CompletionResponse, Delta, UsageJson,
+    CompletionLogprobs, CompletionResponse, Delta, FunctionDelta, ToolCallDelta, UsageJson,
 };
+
+/// A delta carrying released pieces (`content` always present, possibly empty, so every
+/// token has its chunk).
+fn pieces_delta(pieces: Vec<Piece>) -> Delta {
+    let mut d = Delta {
+        content: Some(String::new()),
+        ..Delta::default()
+    };
+    for p in pieces {
+        match p {
+            Piece::Content(c) => d.content.get_or_insert_default().push_str(&c),
+            Piece::Reasoning(r) => d.reasoning_content.get_or_insert_default().push_str(&r),
+        }
+    }
+    d
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -44,6 +62,8 @@ pub struct StreamCtx {
     pub model: String,
     pub logprobs: bool,
     pub tokenizer: Option<Arc<Tokenizer>>,
+    /// How chat replies split into reasoning, content and tool calls (`None`: all content).
+    pub output: Option<Arc<OutputSpec>>,
 }
 
 /// Log-probabilities gathered for one choice (in both formats; the endpoint picks one).
@@ -67,6 +87,7 @@ impl StreamCtx {
             model: b.map(|b| b.model_id.clone()).unwrap_or_default(),
             logprobs,
             tokenizer: b.map(|b| Arc::clone(&b.tokenizer)),
+            output: None,
         }
     }
 
@@ -208,6 +229,8 @@ struct SseState {
     /// Text length released so far, per choice (for `text_offset`).
     offsets: Vec<usize>,
     ended: Vec<bool>,
+    /// Per chat choice, when replies are split (tools or reasoning).
+    splitters: Vec<Option<Splitter>>,
     usage: UsageJson,
     include_usage: bool,
     finished: bool,
@@ -242,23 +265,72 @@ impl SseState {
                         None,
                         None,
                     ),
-                    Kind::Chat => self.ctx.chat_chunk(
-                        index,
-                        Delta {
-                            role: None,
-                            content: Some(text.to_string()),
-                        },
-                        self.ctx.logprobs.then_some(out.chat),
-                        None,
-                        None,
-                    ),
+                    Kind::Chat => {
+                        let delta = match &mut self.splitters[slot] {
+                            Some(sp) => {
+                                let mut pieces = Vec::new();
+                                let spec = self.ctx.output.as_deref();
+                                sp.push(
+                                    spec.map_or(text.as_str(), |o| o.token_text(id, &text)),
+                                    &mut pieces,
+                                );
+                                pieces_delta(pieces)
+                            }
+                            None => Delta {
+                                content: Some(text.to_string()),
+                                ..Delta::default()
+                            },
+                        };
+                        self.ctx.chat_chunk(
+                            index,
+                            delta,
+                            self.ctx.logprobs.then_some(out.chat),
+                            None,
+                            None,
+                        )
+                    }
                 };
                 self.pending.push_back(chunk);
             }
             Event::Done { finish, usage, .. } => {
                 self.ended[slot] = true;
                 self.usage.add(&usage, counts_prompt);
-                let f = Some(finish.as_str());
+                let mut f = Some(finish.as_str());
+                if let Some(sp) = self.splitters[slot].take() {
+                    let mut pieces = Vec::new();
+                    let calls = sp.finish(&mut pieces);
+                    if !pieces.is_empty() {
+                        let chunk =
+                            self.ctx
+                                .chat_chunk(index, pieces_delta(pieces), None, None, None);
+                        self.pending.push_back(chunk);
+                    }
+                    if !calls.is_empty() {
+                        f = Some(tools::finish_reason(finish, true));
+                        let deltas = calls
+                            .into_iter()
+                            .enumerate()
+                            .map(|(i, c)| {
+                                let c = tools::call_out(c);
+                                ToolCallDelta {
+                                    index: i,
+                                    id: Some(c.id),
+                                    kind: Some(c.kind),
+                                    function: FunctionDelta {
+                                        name: Some(c.function.name),
+                                        arguments: c.function.arguments,
+                                    },
+                                }
+                            })
+                            .collect();
+                        let delta = Delta {
+                            tool_calls: Some(deltas),
+                            ..Delta::default()
+                        };
+                        let chunk = self.ctx.chat_chunk(index, delta, None, None, None);
+                        self.pending.push_back(chunk);
+                    }
+                }
                 let chunk = match self.ctx.kind {
                     Kind::Completion => {
                         self.ctx
@@ -288,6 +360,7 @@ impl SseState {
         if index >= self.offsets.len() {
             self.offsets.resize(index + 1, 0);
             self.ended.resize(index + 1, false);
+            self.splitters.resize_with(index + 1, || None);
         }
         index
     }
@@ -341,6 +414,7 @@ pub fn sse(
                 Delta {
                     role: Some("assistant"),
                     content: Some(String::new()),
+                    ..Delta::default()
                 },
                 None,
                 None,
@@ -348,6 +422,14 @@ pub fn sse(
             ));
         }
     }
+    let splitters = (0..n)
+        .map(|_| {
+            ctx.output
+                .as_ref()
+                .filter(|_| ctx.kind == Kind::Chat)
+                .map(|o| Splitter::new(Arc::clone(o)))
+        })
+        .collect();
     let st = SseState {
         state,
         ctx,
@@ -355,6 +437,7 @@ pub fn sse(
         pending,
         offsets: vec![0; n],
         ended: vec![false; n],
+        splitters,
         usage: UsageJson::default(),
         include_usage,
         finished: false,

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use crate::error::ApiError;
 use crate::handlers::{parse_json, render_chat};
 use crate::state::{AppState, Backend};
+use crate::tools::ToolFields;
 
 fn backend(state: &AppState) -> Result<&Backend, ApiError> {
     state
@@ -120,9 +121,19 @@ struct ApplyTemplateRequest {
     add_generation_prompt: Option<bool>,
     #[serde(default)]
     continue_final_message: Option<bool>,
+    #[serde(default)]
+    tools: Option<Value>,
+    #[serde(default)]
+    tool_choice: Option<Value>,
+    #[serde(default)]
+    parallel_tool_calls: Option<bool>,
+    #[serde(default)]
+    chat_template_kwargs: Option<Value>,
 }
 
-/// `POST /apply-template`: `{"messages": [...]}` → `{"prompt": text}`, the text
+/// `POST /apply-template`: `{"messages": [...]}` (with the chat endpoint's render fields:
+/// `add_generation_prompt`, `continue_final_message`, `tools`, `tool_choice`,
+/// `parallel_tool_calls`, `chat_template_kwargs`) → `{"prompt": text}`, the text
 /// `/v1/chat/completions` would tokenize.
 pub async fn apply_template(
     State(state): State<AppState>,
@@ -133,7 +144,19 @@ pub async fn apply_template(
         let be = backend(&state)?;
         let opts =
             crate::handlers::render_options(req.add_generation_prompt, req.continue_final_message)?;
-        let prompt = render_chat(be.template.as_deref(), req.messages, &opts)?;
-        Ok(json!({ "prompt": prompt }))
+        let fields = ToolFields {
+            tools: req.tools.as_ref(),
+            tool_choice: req.tool_choice.as_ref(),
+            parallel_tool_calls: req.parallel_tool_calls,
+            chat_template_kwargs: req.chat_template_kwargs.as_ref(),
+        };
+        let rendered = render_chat(
+            &be.tokenizer,
+            be.template.as_deref(),
+            req.messages,
+            fields,
+            &opts,
+        )?;
+        Ok(json!({ "prompt": rendered.text }))
     })())
 }

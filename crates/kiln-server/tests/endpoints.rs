@@ -92,3 +92,51 @@ fn apply_template_returns_the_prompt_chat_completions_would_use() {
     );
     assert_eq!(status, 400);
 }
+
+#[test]
+fn apply_template_and_render_take_the_tools_fields_as_chat_does() {
+    let addr = start(ServerConfig::default());
+    let tools = json!([{"type":"function","function":{"name":"get_weather","parameters":
+        {"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}]);
+    let messages = json!([{"role":"user","content":"Weather in Paris?"}]);
+    for choice in ["auto", "required"] {
+        let body = json!({"messages": messages, "tools": tools, "tool_choice": choice,
+                          "chat_template_kwargs": {"enable_thinking": false}});
+        let (status, text) = post(addr, "/apply-template", &body);
+        assert_eq!(status, 200, "{choice}: {text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let prompt = v["prompt"].as_str().unwrap();
+        assert!(prompt.contains("get_weather"), "{choice}: {prompt}");
+        let (_, t) = post(addr, "/tokenize", &json!({"content": prompt}));
+        let t: Value = serde_json::from_str(&t).unwrap();
+        let (status, r) = post(addr, "/v1/chat/completions/render", &body);
+        assert_eq!(status, 200, "{choice}: {r}");
+        let r: Value = serde_json::from_str(&r).unwrap();
+        assert_eq!(r["prompt_token_ids"], t["tokens"], "{choice}");
+        let mut one = body.clone();
+        one["max_tokens"] = json!(1);
+        let (status, c) = post(addr, "/v1/chat/completions", &one);
+        assert_eq!(status, 200, "{choice}: {c}");
+        let c: Value = serde_json::from_str(&c).unwrap();
+        assert_eq!(
+            c["usage"]["prompt_tokens"].as_u64().unwrap() as usize,
+            r["prompt_token_ids"].as_array().unwrap().len(),
+            "{choice}"
+        );
+    }
+    // A required call starts a new assistant turn: not after a continued message.
+    let body = json!({"messages": [{"role":"user","content":"Hi"},
+                                   {"role":"assistant","content":"Hello"}],
+                      "tools": tools, "tool_choice": "required",
+                      "continue_final_message": true});
+    for path in [
+        "/apply-template",
+        "/v1/chat/completions/render",
+        "/v1/chat/completions",
+    ] {
+        let (status, text) = post(addr, path, &body);
+        assert_eq!(status, 400, "{path}: {text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["error"]["param"], "tool_choice", "{path}: {text}");
+    }
+}

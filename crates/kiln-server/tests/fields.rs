@@ -84,6 +84,32 @@ fn an_unknown_field_is_openais_400_and_lenient_params_drops_it() {
 }
 
 #[test]
+fn the_chat_only_tools_fields_are_unrecognized_on_completions() {
+    let addr = start(ServerConfig::default());
+    for name in [
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "chat_template_kwargs",
+    ] {
+        let f = fields::of(Endpoint::Chat)
+            .find(|f| f.name == name)
+            .expect("a chat field");
+        assert_eq!(f.status, Status::Honoured, "{name}");
+        assert!(fields::of(Endpoint::Completions).all(|f| f.name != name));
+        let (path, mut body) = base(Endpoint::Completions);
+        body[name] = serde_json::from_str(f.example).unwrap();
+        let (status, text) = post(addr, path, &body);
+        assert_eq!(status, 400, "{name}: {text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            v["error"]["message"],
+            format!("Unrecognized request argument supplied: {name}")
+        );
+    }
+}
+
+#[test]
 fn a_message_with_a_role_openai_does_not_have_is_a_400() {
     let addr = start(ServerConfig::default());
     let (status, text) = post(

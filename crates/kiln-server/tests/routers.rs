@@ -294,6 +294,11 @@ fn render_gives_the_token_ids_generation_uses() {
         ),
         ("/v1/chat/completions", json!({"messages": []})),
         ("/v1/completions", json!({"prompt": text, "model": "other"})),
+        ("/v1/completions", json!({"prompt": text, "echo": true})),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "Hi"}], "audio": {}}),
+        ),
     ] {
         let (a, va) = post_json(s.addr, path, &body);
         let (b, vb) = post_json(s.addr, &format!("{path}/render"), &body);

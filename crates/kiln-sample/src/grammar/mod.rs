@@ -7,11 +7,13 @@
 //! - [`Matcher`] is the per-request state: [`Matcher::fill_mask`] gives the allowed tokens,
 //!   [`Matcher::accept_token`] advances.
 
+mod bounds;
 mod gbnf;
 mod ir;
 mod json;
 mod matcher;
 mod nfa;
+mod regex;
 mod schema;
 
 use std::collections::{HashMap, VecDeque};

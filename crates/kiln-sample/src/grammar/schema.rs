@@ -1,11 +1,14 @@
 //! JSON schema → grammar, for the subset structured-output APIs use: `type` (object,
 //! array, string, number, integer, boolean, null, or a list of them), `enum`, `const`,
 //! `properties` (written in schema order), `required`, `additionalProperties`, `items`,
-//! `minItems`/`maxItems`, `minLength`/`maxLength`, `anyOf`/`oneOf`, local `$ref`
-//! (`#/$defs/…`, `#/definitions/…`, `#`), and boolean schemas.
+//! `prefixItems`, `minItems`/`maxItems`, `minLength`/`maxLength`, `pattern` (matched as a
+//! whole string), `format` (date, time, date-time, uuid, email), integer `minimum` /
+//! `maximum` / `exclusiveMinimum` / `exclusiveMaximum`, `anyOf`/`oneOf`, `allOf` of object
+//! schemas, local `$ref` (`#/$defs/…`, `#/definitions/…`, `#`), and boolean schemas.
 //!
-//! Annotations (`title`, `description`, `default`, `examples`, `format`, …) are ignored, as
-//! the specification allows; any other keyword is an error naming it, never ignored.
+//! Annotations (`title`, `description`, `default`, `examples`, other `format`s, …) are
+//! ignored, as the specification allows; any other keyword is an error naming it, never
+//! ignored.
 //!
 //! Whitespace between tokens is optional and bounded (a space, or a newline and up to 20
 //! spaces or tabs), so a model can pretty-print but cannot loop on whitespace. Numbers are
@@ -14,12 +17,16 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
+use super::bounds;
 use super::ir::{Expr, Ir, RuleId};
 use super::json::{Json, quote};
+use super::regex::{self, PatternError};
 use super::{CompileLimits, GrammarError};
 
 const SUPPORTED: &str = "type, enum, const, properties, required, additionalProperties, items, \
-minItems, maxItems, minLength, maxLength, anyOf, oneOf, $ref (local), $defs, definitions";
+prefixItems, minItems, maxItems, minLength, maxLength, pattern, format (date, time, date-time, \
+uuid, email), minimum/maximum/exclusiveMinimum/exclusiveMaximum (integer), anyOf, oneOf, \
+allOf (objects), $ref (local), $defs, definitions";
 
 /// Keywords that do not constrain the text.
 const ANNOTATIONS: &[&str] = &[
@@ -34,7 +41,6 @@ const ANNOTATIONS: &[&str] = &[
     "deprecated",
     "readOnly",
     "writeOnly",
-    "format",
     "contentMediaType",
     "contentEncoding",
     "$defs",
@@ -57,6 +63,14 @@ const KEYWORDS: &[&str] = &[
     "oneOf",
     "$ref",
     "uniqueItems",
+    "pattern",
+    "format",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "prefixItems",
+    "allOf",
 ];
 
 const TYPES: &[&str] = &[
@@ -308,6 +322,10 @@ impl Compiler<'_> {
                 .ok_or_else(|| invalid(path, "`$ref` must be a string"))?;
             return self.reference(r, path, depth);
         }
+        if let Some(list) = s.get("allOf") {
+            let merged = self.merge_all_of(s, list, path)?;
+            return self.schema(&merged, path, depth + 1);
+        }
         for key in ["anyOf", "oneOf"] {
             if let Some(list) = s.get(key) {
                 let others = members
@@ -350,10 +368,16 @@ impl Compiler<'_> {
                 let has = |k| s.get(k).is_some();
                 if has("properties") || has("required") || has("additionalProperties") {
                     vec!["object"]
-                } else if has("items") || has("minItems") || has("maxItems") {
+                } else if has("items") || has("prefixItems") || has("minItems") || has("maxItems") {
                     vec!["array"]
-                } else if has("minLength") || has("maxLength") {
+                } else if has("minLength") || has("maxLength") || has("pattern") || has("format") {
                     vec!["string"]
+                } else if has("minimum")
+                    || has("maximum")
+                    || has("exclusiveMinimum")
+                    || has("exclusiveMaximum")
+                {
+                    vec!["number"]
                 } else {
                     return self.prim("value");
                 }
@@ -365,7 +389,21 @@ impl Compiler<'_> {
                 "object" => self.object(s, path, depth)?,
                 "array" => self.array(s, path, depth)?,
                 "string" => self.string(s, path)?,
-                "number" | "integer" | "boolean" | "null" => self.prim(t)?,
+                "integer" => self.integer(s, path)?,
+                "number" => {
+                    if ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"]
+                        .iter()
+                        .any(|k| s.get(k).is_some())
+                    {
+                        return Err(unsupported(
+                            path,
+                            "keyword",
+                            "bounds on `number` (bounds apply to `integer`)",
+                        ));
+                    }
+                    self.prim(t)?
+                }
+                "boolean" | "null" => self.prim(t)?,
                 _ => return Err(invalid(path, format!("unknown type `{t}`"))),
             });
         }
@@ -429,6 +467,45 @@ impl Compiler<'_> {
     fn string(&mut self, s: &Json, path: &str) -> Result<Expr, GrammarError> {
         let min = self.count(s, "minLength", path)?;
         let max = self.count(s, "maxLength", path)?;
+        let format = match s.get("format") {
+            None => None,
+            Some(f) => {
+                let f = f
+                    .as_str()
+                    .ok_or_else(|| invalid(path, "`format` must be a string"))?;
+                // Other formats are annotations (the specification's default).
+                regex::format_pattern(f)
+            }
+        };
+        let pattern = match s.get("pattern") {
+            None => None,
+            Some(p) => Some(
+                p.as_str()
+                    .ok_or_else(|| invalid(path, "`pattern` must be a string"))?,
+            ),
+        };
+        if let Some(p) = pattern.or(format) {
+            if pattern.is_some() && format.is_some() {
+                return Err(unsupported(path, "combination", "`pattern` with `format`"));
+            }
+            if min.is_some() || max.is_some() {
+                return Err(unsupported(
+                    path,
+                    "combination",
+                    "`pattern` or `format` with `minLength`/`maxLength`",
+                ));
+            }
+            let body = regex::pattern(p, self.limits.max_repeat).map_err(|e| match e {
+                PatternError::Syntax(m) => invalid(path, format!("`pattern` {p:?}: {m}")),
+                PatternError::Unsupported(what) => {
+                    unsupported(path, "pattern", format!("{p:?} uses {what}"))
+                }
+            })?;
+            return self.rule(
+                path,
+                Expr::Seq(vec![Expr::lit("\""), body, Expr::lit("\"")]),
+            );
+        }
         if min.is_none() && max.is_none() {
             return self.prim("string");
         }
@@ -448,6 +525,9 @@ impl Compiler<'_> {
     }
 
     fn array(&mut self, s: &Json, path: &str, depth: usize) -> Result<Expr, GrammarError> {
+        if let Some(prefix) = s.get("prefixItems") {
+            return self.tuple(s, prefix, path, depth);
+        }
         let item = match s.get("items") {
             Some(items @ (Json::Object(_) | Json::Bool(_))) => {
                 self.schema(items, &format!("{path}/items"), depth + 1)?
@@ -483,6 +563,221 @@ impl Compiler<'_> {
             path,
             Expr::Seq(vec![Expr::lit("["), w, body, Expr::lit("]")]),
         )
+    }
+
+    /// The integers within the schema's bounds.
+    fn integer(&mut self, s: &Json, path: &str) -> Result<Expr, GrammarError> {
+        let num = |k: &str| -> Result<Option<f64>, GrammarError> {
+            match s.get(k) {
+                None => Ok(None),
+                Some(Json::Number(n)) => Ok(n.as_f64()),
+                Some(_) => Err(invalid(path, format!("`{k}` must be a number"))),
+            }
+        };
+        let mut lo: Option<f64> = num("minimum")?.map(f64::ceil);
+        if let Some(x) = num("exclusiveMinimum")? {
+            let v = x.floor() + 1.0;
+            lo = Some(lo.map_or(v, |l| l.max(v)));
+        }
+        let mut hi: Option<f64> = num("maximum")?.map(f64::floor);
+        if let Some(x) = num("exclusiveMaximum")? {
+            let v = x.ceil() - 1.0;
+            hi = Some(hi.map_or(v, |h| h.min(v)));
+        }
+        if lo.is_none() && hi.is_none() {
+            return self.prim("integer");
+        }
+        let clamp = |v: f64| v.clamp(-(bounds::MAX_ABS as f64), bounds::MAX_ABS as f64) as i128;
+        let body = bounds::integers(lo.map(clamp), hi.map(clamp))
+            .ok_or_else(|| invalid(path, "the integer bounds admit no value"))?;
+        self.rule(path, body)
+    }
+
+    /// `prefixItems`: the listed schemas in order, then `items` (a schema, or `false`
+    /// for none) for the rest, within `minItems`/`maxItems`.
+    fn tuple(
+        &mut self,
+        s: &Json,
+        prefix: &Json,
+        path: &str,
+        depth: usize,
+    ) -> Result<Expr, GrammarError> {
+        let Json::Array(prefix) = prefix else {
+            return Err(invalid(path, "`prefixItems` must be an array"));
+        };
+        let mut items = Vec::with_capacity(prefix.len());
+        for (i, sub) in prefix.iter().enumerate() {
+            items.push(self.schema(sub, &format!("{path}/prefixItems/{i}"), depth + 1)?);
+        }
+        let rest = match s.get("items") {
+            None | Some(Json::Bool(true)) => Some(self.prim("value")?),
+            Some(Json::Bool(false)) => None,
+            Some(sub @ Json::Object(_)) => {
+                Some(self.schema(sub, &format!("{path}/items"), depth + 1)?)
+            }
+            Some(_) => return Err(invalid(path, "`items` must be a schema or a boolean")),
+        };
+        let n = items.len() as u32;
+        let min = self.count(s, "minItems", path)?.unwrap_or(0);
+        let max = self.count(s, "maxItems", path)?;
+        if max.is_some_and(|m| m < min) {
+            return Err(invalid(path, "`maxItems` is below `minItems`"));
+        }
+        let w = self.prim("ws")?;
+        // After item k (1-based) has been written: the next prefix item, the rest, or the end.
+        // tail[k] = end, or `,` item[k] tail[k+1]; required while k < min.
+        let extra_min = min.saturating_sub(n);
+        let extra_max = match (max, &rest) {
+            (_, None) => Some(0),
+            (Some(m), Some(_)) => Some(m.saturating_sub(n)),
+            (None, Some(_)) => None,
+        };
+        if rest.is_none() && min > n {
+            return Err(invalid(
+                path,
+                "`minItems` exceeds `prefixItems` with `items: false`",
+            ));
+        }
+        let comma = |e: Expr| Expr::Seq(vec![Expr::lit(","), w.clone(), e, w.clone()]);
+        let mut tail = match &rest {
+            Some(r) if extra_max != Some(0) => Expr::repeat(comma(r.clone()), extra_min, extra_max),
+            _ => Expr::Empty,
+        };
+        let limit = max.unwrap_or(u32::MAX).min(n);
+        for k in (1..limit).rev() {
+            let item = items[k as usize].clone();
+            let next = Expr::Seq(vec![comma(item), tail]);
+            tail = if k >= min { Expr::opt(next) } else { next };
+            tail = self.rule(&format!("{path}/tail{k}"), tail)?;
+        }
+        let body = if limit == 0 {
+            // No prefix item fits (`maxItems: 0`), or the prefix is empty.
+            match (&rest, limit, n) {
+                (Some(r), _, 0) if extra_max != Some(0) => {
+                    let more = Expr::repeat(
+                        comma(r.clone()),
+                        extra_min.saturating_sub(1),
+                        extra_max.map(|m| m - 1),
+                    );
+                    let list = Expr::Seq(vec![r.clone(), w.clone(), more]);
+                    if extra_min == 0 {
+                        Expr::opt(list)
+                    } else {
+                        list
+                    }
+                }
+                _ => Expr::Empty,
+            }
+        } else {
+            let first = Expr::Seq(vec![items[0].clone(), w.clone(), tail]);
+            if min == 0 { Expr::opt(first) } else { first }
+        };
+        self.rule(
+            path,
+            Expr::Seq(vec![Expr::lit("["), w, body, Expr::lit("]")]),
+        )
+    }
+
+    /// `allOf` of object schemas (each possibly a `$ref`), merged into one: the union of
+    /// their properties and required lists, with the schema's own keywords beside.
+    fn merge_all_of(&self, s: &Json, list: &Json, path: &str) -> Result<Json, GrammarError> {
+        let Json::Array(list) = list else {
+            return Err(invalid(path, "`allOf` must be an array"));
+        };
+        let mut props: Vec<(String, Json)> = Vec::new();
+        let mut required: Vec<Json> = Vec::new();
+        let mut extra: Option<Json> = None;
+        let mut parts: Vec<&Json> = list.iter().collect();
+        let own;
+        if let Json::Object(m) = s {
+            own = Json::Object(m.iter().filter(|(k, _)| k != "allOf").cloned().collect());
+            parts.push(&own);
+        }
+        for (i, mut part) in parts.into_iter().enumerate() {
+            let mut hops = 0;
+            while let Some(r) = part.get("$ref") {
+                hops += 1;
+                if hops > 32 {
+                    return Err(invalid(path, "`$ref` chain too long in `allOf`"));
+                }
+                let r = r
+                    .as_str()
+                    .ok_or_else(|| invalid(path, "`$ref` must be a string"))?;
+                part = self.resolve(r, path)?;
+            }
+            let Json::Object(m) = part else {
+                return Err(unsupported(
+                    path,
+                    "combination",
+                    format!("`allOf/{i}` is not an object schema"),
+                ));
+            };
+            for (k, v) in m {
+                match k.as_str() {
+                    "properties" => {
+                        let Json::Object(ps) = v else {
+                            return Err(invalid(path, "`properties` must be an object"));
+                        };
+                        for (pk, pv) in ps {
+                            if props.iter().any(|(k2, _)| k2 == pk) {
+                                return Err(unsupported(
+                                    path,
+                                    "combination",
+                                    format!("`allOf` parts that both define property `{pk}`"),
+                                ));
+                            }
+                            props.push((pk.clone(), pv.clone()));
+                        }
+                    }
+                    "required" => {
+                        if let Json::Array(r) = v {
+                            required.extend(r.iter().cloned());
+                        }
+                    }
+                    "additionalProperties" => extra = Some(v.clone()),
+                    "type" if v.as_str() == Some("object") => {}
+                    k if ANNOTATIONS.contains(&k) => {}
+                    other => {
+                        return Err(unsupported(
+                            path,
+                            "combination",
+                            format!("`allOf` part with `{other}` (only object schemas merge)"),
+                        ));
+                    }
+                }
+            }
+        }
+        let mut out = vec![
+            ("type".to_string(), Json::String("object".into())),
+            ("properties".to_string(), Json::Object(props)),
+            ("required".to_string(), Json::Array(required)),
+        ];
+        if let Some(e) = extra {
+            out.push(("additionalProperties".to_string(), e));
+        }
+        Ok(Json::Object(out))
+    }
+
+    /// The schema a local `$ref` points at.
+    fn resolve(&self, r: &str, path: &str) -> Result<&Json, GrammarError> {
+        let Some(pointer) = r.strip_prefix('#') else {
+            return Err(unsupported(
+                path,
+                "reference",
+                format!("`{r}` (only local `#…` references)"),
+            ));
+        };
+        let mut target = self.doc;
+        for part in pointer.split('/').skip(1) {
+            let part = part.replace("~1", "/").replace("~0", "~");
+            target = match target {
+                Json::Object(_) => target.get(&part),
+                Json::Array(items) => part.parse::<usize>().ok().and_then(|i| items.get(i)),
+                _ => None,
+            }
+            .ok_or_else(|| invalid(path, format!("`$ref` `{r}` points nowhere")))?;
+        }
+        Ok(target)
     }
 
     fn object(&mut self, s: &Json, path: &str, depth: usize) -> Result<Expr, GrammarError> {

@@ -198,9 +198,9 @@ fn schema_any_of_refs_types_and_additional_properties() {
 
 #[test]
 fn unsupported_or_invalid_schemas_are_errors_not_ignored() {
-    let err = Grammar::from_json_schema(r#"{"type":"string","pattern":"^a"}"#).unwrap_err();
+    let err = Grammar::from_json_schema(r#"{"not":{"type":"string"}}"#).unwrap_err();
     assert!(
-        matches!(&err, GrammarError::UnsupportedSchema { detail, .. } if detail.contains("pattern")),
+        matches!(&err, GrammarError::UnsupportedSchema { detail, .. } if detail.contains("not")),
         "{err}"
     );
     assert!(matches!(
@@ -345,4 +345,168 @@ fn rejected_tokens_leave_the_state_unchanged() {
         Err(MatchError::TokenRejected { .. })
     ));
     assert!(m.accept_token(0).is_ok());
+}
+
+fn accepts(g: &Grammar, ok: &[&str], bad: &[&str]) {
+    for s in ok {
+        assert!(g.matches(s.as_bytes()), "should accept {s}");
+    }
+    for s in bad {
+        assert!(!g.matches(s.as_bytes()), "should reject {s}");
+    }
+}
+
+#[test]
+fn schema_patterns_match_whole_strings_and_keep_json_escapes() {
+    let g = schema(r#"{"type":"string","pattern":"^[A-Z]{2}-\\d{3}(x|yz)?$"}"#);
+    accepts(
+        &g,
+        &[r#""AB-123""#, r#""ZZ-000x""#, r#""QQ-999yz""#],
+        &[r#""ab-123""#, r#""AB-12""#, r#""AB-123y""#, r#"xAB-123"#],
+    );
+    let quote = schema(r#"{"pattern":"a\"b.c"}"#);
+    accepts(
+        &quote,
+        &[r#""a\"bxc""#],
+        &[r#""a"bxc""#, r#""a\"b"c""#, "\"a\\\"b\nc\""],
+    );
+    assert!(matches!(
+        Grammar::from_json_schema(r#"{"type":"string","pattern":"\\bword"}"#),
+        Err(GrammarError::UnsupportedSchema {
+            what: "pattern",
+            ..
+        })
+    ));
+    assert!(matches!(
+        Grammar::from_json_schema(r#"{"type":"string","pattern":"(unclosed"}"#),
+        Err(GrammarError::InvalidSchema { .. })
+    ));
+}
+
+#[test]
+fn schema_formats_accept_their_syntax_only() {
+    let cases: &[(&str, &[&str], &[&str])] = &[
+        (
+            "date",
+            &["2024-02-29", "1999-12-31"],
+            &["2024-13-01", "2024-1-01", "24-01-01"],
+        ),
+        (
+            "time",
+            &["23:59:59Z", "08:00:00.123+02:00"],
+            &["24:00:00Z", "08:00:00", "8:00:00Z"],
+        ),
+        (
+            "date-time",
+            &["2024-05-01T12:30:00Z"],
+            &["2024-05-01 12:30:00Z", "2024-05-01"],
+        ),
+        (
+            "uuid",
+            &["123e4567-e89b-12d3-a456-426614174000"],
+            &[
+                "123e4567e89b12d3a456426614174000",
+                "123e4567-e89b-12d3-a456-42661417400g",
+            ],
+        ),
+        (
+            "email",
+            &["a.b+c@example.co.uk", "x@y.z"],
+            &["a@b", "@example.com", "a b@c.d"],
+        ),
+    ];
+    for (format, ok, bad) in cases {
+        let g = schema(&format!(r#"{{"type":"string","format":"{format}"}}"#));
+        let q = |s: &&str| format!("\"{s}\"");
+        let ok: Vec<String> = ok.iter().map(q).collect();
+        let bad: Vec<String> = bad.iter().map(q).collect();
+        accepts(
+            &g,
+            &ok.iter().map(String::as_str).collect::<Vec<_>>(),
+            &bad.iter().map(String::as_str).collect::<Vec<_>>(),
+        );
+    }
+    // An unknown format stays an annotation.
+    accepts(
+        &schema(r#"{"type":"string","format":"hostname"}"#),
+        &[r#""anything""#],
+        &["1"],
+    );
+}
+
+#[test]
+fn schema_integer_bounds_accept_exactly_the_range() {
+    let g = schema(r#"{"type":"integer","minimum":-15,"exclusiveMaximum":120}"#);
+    accepts(
+        &g,
+        &["-15", "-1", "0", "7", "99", "119"],
+        &["-16", "120", "-0", "007", "1.5"],
+    );
+    let g = schema(r#"{"type":"integer","exclusiveMinimum":0}"#);
+    accepts(&g, &["1", "9999999999999999"], &["0", "-3"]);
+    assert!(matches!(
+        Grammar::from_json_schema(r#"{"type":"integer","minimum":5,"maximum":4}"#),
+        Err(GrammarError::InvalidSchema { .. })
+    ));
+    assert!(matches!(
+        Grammar::from_json_schema(r#"{"type":"number","minimum":0.5}"#),
+        Err(GrammarError::UnsupportedSchema { .. })
+    ));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn integer_bounds_agree_with_arithmetic(
+        lo in -3000i64..3000,
+        span in 0i64..5000,
+        probes in proptest::collection::vec(-9000i64..9000, 40),
+    ) {
+        let hi = lo + span;
+        let g = schema(&format!(r#"{{"type":"integer","minimum":{lo},"maximum":{hi}}}"#));
+        for v in probes.into_iter().chain([lo, hi, lo - 1, hi + 1]) {
+            prop_assert_eq!(g.matches(v.to_string().as_bytes()), (lo..=hi).contains(&v), "{} in [{}, {}]", v, lo, hi);
+        }
+    }
+}
+
+#[test]
+fn schema_prefix_items_fix_the_leading_items() {
+    let g = schema(
+        r#"{"type":"array","prefixItems":[{"type":"integer"},{"type":"string"}],"items":false}"#,
+    );
+    accepts(
+        &g,
+        &["[]", "[1]", r#"[1, "a"]"#],
+        &[r#"["a"]"#, r#"[1, "a", 2]"#, "[1, 2]"],
+    );
+    let g = schema(
+        r#"{"prefixItems":[{"type":"boolean"}],"items":{"type":"null"},"minItems":2,"maxItems":3}"#,
+    );
+    accepts(
+        &g,
+        &["[true, null]", "[false,null,null]"],
+        &["[true]", "[true, null, null, null]", "[null, null]"],
+    );
+}
+
+#[test]
+fn schema_all_of_merges_object_parts_including_refs() {
+    let g = schema(
+        r##"{"$defs":{"named":{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}},
+            "allOf":[{"$ref":"#/$defs/named"},{"properties":{"age":{"type":"integer","minimum":0}},"required":["age"]}]}"##,
+    );
+    accepts(
+        &g,
+        &[r#"{"name": "a", "age": 3}"#],
+        &[
+            r#"{"name": "a"}"#,
+            r#"{"age": 3}"#,
+            r#"{"name": "a", "age": -1}"#,
+        ],
+    );
+    assert!(matches!(
+        Grammar::from_json_schema(r#"{"allOf":[{"type":"string"}]}"#),
+        Err(GrammarError::UnsupportedSchema { .. })
+    ));
 }
