@@ -7,6 +7,8 @@
 //! The Python checks need `pip install prometheus_client pyzmq msgpack`; without them they
 //! fail, naming them.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -56,31 +58,8 @@ fn start(config: ServerConfig, tweak: impl FnOnce(&mut EngineConfig)) -> Server 
     }
 }
 
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(120)))
-        .build()
-        .into()
-}
-
-fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut r = agent()
-        .get(format!("http://{addr}{path}"))
-        .call()
-        .expect("request");
-    let status = r.status().as_u16();
-    (status, r.body_mut().read_to_string().expect("body"))
-}
-
 fn post_json(addr: SocketAddr, path: &str, body: &Value) -> (u16, Value) {
-    let mut r = agent()
-        .post(format!("http://{addr}{path}"))
-        .content_type("application/json")
-        .send(body.to_string())
-        .expect("request");
-    let status = r.status().as_u16();
-    let text = r.body_mut().read_to_string().expect("body");
+    let (status, text) = common::post(addr, path, body);
     let v = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
     (status, v)
 }
@@ -135,7 +114,7 @@ fn metrics_parse_strictly_with_vllm_names_types_ranges_and_labels() {
         );
         assert_eq!(status, 200, "{v}");
     }
-    let (status, text) = get(s.addr, "/metrics");
+    let (status, text) = common::get(s.addr, "/metrics");
     assert_eq!(status, 200);
     // The second prompt shares at least 5 whole 16-token blocks with the first.
     let out = python("check_metrics.py", &["smollm2-135m", "80"], &text);
@@ -155,7 +134,7 @@ fn metrics_compat_none_publishes_only_kilns_names() {
         },
         |_| {},
     );
-    let (status, text) = get(s.addr, "/metrics");
+    let (status, text) = common::get(s.addr, "/metrics");
     assert_eq!(status, 200);
     assert!(!text.contains("vllm:"), "{text}");
     assert!(text.contains("kiln_kv_cache_usage_ratio "), "{text}");
@@ -197,7 +176,7 @@ fn metrics_answer_at_once_while_the_engine_is_saturated() {
     let steps_before = s.engine.metrics().steps;
     while times.len() < 40 && load.iter().any(|h| !h.is_finished()) {
         let t = Instant::now();
-        let (status, text) = get(addr, "/metrics");
+        let (status, text) = common::get(addr, "/metrics");
         times.push(t.elapsed());
         assert_eq!(status, 200);
         assert!(text.contains("vllm:num_requests_running{"), "{text}");
@@ -316,7 +295,7 @@ fn render_gives_the_token_ids_generation_uses() {
 #[test]
 fn models_list_aliases_with_the_context_length_and_liveness_is_always_200() {
     let s = start(ServerConfig::default(), |_| {});
-    let (status, body) = get(s.addr, "/v1/models");
+    let (status, body) = common::get(s.addr, "/v1/models");
     assert_eq!(status, 200);
     let v: Value = serde_json::from_str(&body).unwrap();
     let data = v["data"].as_array().expect("data");
@@ -328,7 +307,7 @@ fn models_list_aliases_with_the_context_length_and_liveness_is_always_200() {
         assert_eq!(c["object"], "model", "{c}");
     }
     assert_eq!(data[1]["parent"], "smollm2-135m");
-    let (status, body) = get(s.addr, "/health/live");
+    let (status, body) = common::get(s.addr, "/health/live");
     assert_eq!((status, body.as_str()), (200, r#"{"status":"alive"}"#));
 }
 
@@ -408,12 +387,12 @@ fn during_the_shutdown_delay_health_is_503_and_every_request_is_still_served() {
     let signalled = Instant::now();
     stop.send(()).expect("signal");
     std::thread::sleep(Duration::from_millis(100));
-    let (status, body) = get(addr, "/health");
+    let (status, body) = common::get(addr, "/health");
     assert_eq!(
         (status, body.as_str()),
         (503, r#"{"status":"shutting_down"}"#)
     );
-    assert_eq!(get(addr, "/health/live").0, 200);
+    assert_eq!(common::get(addr, "/health/live").0, 200);
     // Requests a router sends before it notices: accepted and answered in full.
     let mut during = Vec::new();
     while signalled.elapsed() + Duration::from_millis(800) < delay {

@@ -36,13 +36,17 @@ pub fn start(config: ServerConfig) -> SocketAddr {
     kiln_testkit::server::serve(state)
 }
 
-pub fn post(addr: SocketAddr, path: &str, body: &Value) -> (u16, String) {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
+/// A client that returns every status as a response, with a 2-minute limit per request.
+pub fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(120)))
         .build()
-        .into();
-    let mut r = agent
+        .into()
+}
+
+pub fn post(addr: SocketAddr, path: &str, body: &Value) -> (u16, String) {
+    let mut r = agent()
         .post(format!("http://{addr}{path}"))
         .content_type("application/json")
         .send(body.to_string())
@@ -52,12 +56,7 @@ pub fn post(addr: SocketAddr, path: &str, body: &Value) -> (u16, String) {
 }
 
 pub fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(120)))
-        .build()
-        .into();
-    let mut r = agent
+    let mut r = agent()
         .get(format!("http://{addr}{path}"))
         .call()
         .expect("request");
