@@ -28,20 +28,19 @@ pub(crate) fn constant_time_eq(expected: &[u8], given: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
-/// The key a request presents: `Authorization: Bearer KEY`, else `x-api-key: KEY`.
-fn presented_key(h: &HeaderMap) -> Option<&str> {
-    if let Some(v) = h.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) {
-        let v = v.trim();
+/// The key a request presents: `Authorization: Bearer KEY` (or the bare key), else
+/// `x-api-key: KEY`. Raw bytes: a value that is not text is a wrong key, not a missing one.
+fn presented_key(h: &HeaderMap) -> Option<&[u8]> {
+    if let Some(v) = h.get(header::AUTHORIZATION) {
+        let v = v.as_bytes().trim_ascii();
         return Some(
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
+            v.strip_prefix(b"Bearer ")
+                .or_else(|| v.strip_prefix(b"bearer "))
                 .unwrap_or(v)
-                .trim(),
+                .trim_ascii(),
         );
     }
-    h.get("x-api-key")
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
+    h.get("x-api-key").map(|v| v.as_bytes().trim_ascii())
 }
 
 /// 401 in OpenAI's shape unless the request presents one of the configured keys
@@ -62,9 +61,9 @@ pub(crate) async fn require_key(
     }
     let ok = presented_key(req.headers()).is_some_and(|k| {
         // Every key is compared (no early exit), each in constant time.
-        cfg.api_keys.iter().fold(false, |acc, key| {
-            acc | constant_time_eq(key.as_bytes(), k.as_bytes())
-        })
+        cfg.api_keys
+            .iter()
+            .fold(false, |acc, key| acc | constant_time_eq(key.as_bytes(), k))
     });
     if ok {
         return next.run(req).await;
@@ -179,10 +178,63 @@ pub(crate) async fn read_body(State(state): State<AppState>, req: Request, next:
     }
 }
 
+/// Connections over the limit being answered 503 at once; past this many, further ones
+/// are closed without an answer (each refusal holds its socket for at most [`REFUSAL_LINGER`]).
+const MAX_REFUSALS: usize = 64;
+/// How long a refused connection is kept to deliver its 503: the answer is written, the
+/// sending side shut, and what the client still sends is read and dropped until it closes
+/// (closing with unread input would reset the connection and could lose the answer).
+const REFUSAL_LINGER: Duration = Duration::from_secs(1);
+/// The most input read from a refused connection while it lingers.
+const REFUSAL_DRAIN_BYTES: usize = 64 << 10;
+
+/// The whole HTTP/1.1 answer to a connection over the limit: 503 in OpenAI's error shape,
+/// `retry-after: 1`, `connection: close`.
+fn refusal_response(max_connections: usize) -> Vec<u8> {
+    let body = serde_json::json!({"error": {
+        "message": format!(
+            "the server is at its connection limit ({max_connections} open connections, \
+             --max-connections); retry later"
+        ),
+        "type": "service_unavailable_error",
+        "param": null,
+        "code": "too_many_connections",
+    }})
+    .to_string();
+    let mut r = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    r.extend_from_slice(body.as_bytes());
+    r
+}
+
+/// Answers a connection over the limit with `answer` and closes it (within
+/// [`REFUSAL_LINGER`] whatever the client does).
+async fn refuse(mut stream: tokio::net::TcpStream, answer: &[u8]) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let deliver = async {
+        stream.write_all(answer).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        let mut drained = 0;
+        while drained < REFUSAL_DRAIN_BYTES {
+            match stream.read(&mut sink).await? {
+                0 => break,
+                n => drained += n,
+            }
+        }
+        Ok::<_, std::io::Error>(())
+    };
+    let _ = tokio::time::timeout(REFUSAL_LINGER, deliver).await;
+}
+
 /// Serves `app` on `listener` over HTTP/1.1 until `shutdown` resolves, then waits for the
 /// open connections to finish their requests. A connection is closed when its request head
 /// (the first, or the next one after a response) has not arrived within `header_timeout`;
-/// connections beyond `max_connections` are closed on accept.
+/// connections beyond `max_connections` are answered 503 and closed on accept.
 pub(crate) async fn serve_connections(
     listener: tokio::net::TcpListener,
     app: Router,
@@ -192,6 +244,8 @@ pub(crate) async fn serve_connections(
 ) -> std::io::Result<()> {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let permits = Arc::new(tokio::sync::Semaphore::new(max_connections));
+    let refusals = Arc::new(tokio::sync::Semaphore::new(MAX_REFUSALS));
+    let refusal: Arc<[u8]> = refusal_response(max_connections).into();
     let mut shutdown = pin!(shutdown);
     loop {
         let stream = tokio::select! {
@@ -207,7 +261,14 @@ pub(crate) async fn serve_connections(
             _ = &mut shutdown => break,
         };
         let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
-            drop(stream);
+            // Over the limit: a 503 if few refusals are under way, else just the close.
+            if let Ok(refusing) = Arc::clone(&refusals).try_acquire_owned() {
+                let answer = Arc::clone(&refusal);
+                tokio::spawn(async move {
+                    refuse(stream, &answer).await;
+                    drop(refusing);
+                });
+            }
             continue;
         };
         let _ = stream.set_nodelay(true);
@@ -244,10 +305,34 @@ mod tests {
     fn the_key_is_read_from_bearer_or_x_api_key() {
         let mut h = HeaderMap::new();
         h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer k1"));
-        assert_eq!(presented_key(&h), Some("k1"));
+        assert_eq!(presented_key(&h), Some(&b"k1"[..]));
         let mut h = HeaderMap::new();
         h.insert("x-api-key", HeaderValue::from_static("k2"));
-        assert_eq!(presented_key(&h), Some("k2"));
+        assert_eq!(presented_key(&h), Some(&b"k2"[..]));
         assert_eq!(presented_key(&HeaderMap::new()), None);
+        // Not text: presented (and wrong), not missing.
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_bytes(b"Bearer sk-\xff").unwrap(),
+        );
+        assert_eq!(presented_key(&h), Some(&b"sk-\xff"[..]));
+    }
+
+    #[test]
+    fn the_refusal_is_a_complete_503_with_openais_error_body() {
+        let r = refusal_response(7);
+        let text = String::from_utf8(r).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 503 "), "{head}");
+        assert!(head.contains("connection: close"), "{head}");
+        assert!(
+            head.contains(&format!("content-length: {}", body.len())),
+            "{head}"
+        );
+        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(v["error"]["code"], "too_many_connections");
+        assert_eq!(v["error"]["type"], "service_unavailable_error");
+        assert!(v["error"]["message"].as_str().unwrap().contains('7'));
     }
 }

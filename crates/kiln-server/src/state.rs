@@ -51,7 +51,8 @@ pub struct ServerConfig {
     /// A request whose body has not fully arrived this long after its head is answered
     /// 408.
     pub body_timeout: Duration,
-    /// The most open connections; more are closed as soon as they are accepted.
+    /// The most open connections; one more is answered 503 `too_many_connections` and
+    /// closed as soon as it is accepted.
     pub max_connections: usize,
     /// After Ctrl-C / SIGTERM, the server keeps serving for this long with `/health`
     /// answering 503 (so load balancers take it out of rotation while requests they
