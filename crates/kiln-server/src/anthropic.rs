@@ -1021,7 +1021,7 @@ mod tests {
 
     #[test]
     fn system_blocks_tool_use_and_tool_results_become_chat_messages() {
-        let system = system_text(Some(&json!([{"type":"text","text":"Be brief."},
+        let system = system_text(Some(&json!([{"type":"text","text":"Be concise."},
             {"type":"text","text":"Be kind."}])))
         .unwrap();
         let msgs = chat_messages(
@@ -1041,7 +1041,7 @@ mod tests {
         assert_eq!(
             msgs,
             vec![
-                json!({"role":"system","content":"Be brief.\nBe kind."}),
+                json!({"role":"system","content":"Be concise.\nBe kind."}),
                 json!({"role":"user","content":"Weather in Paris?"}),
                 json!({"role":"assistant","content":"Let me check.","tool_calls":[{"id":"toolu_1",
                     "type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]}),

@@ -120,7 +120,7 @@ fn a_reply_is_a_message_and_its_stream_has_anthropics_events_in_order() {
     let addr = start(ServerConfig::default());
     let (path, mut body) = base(Endpoint::Messages);
     body["max_tokens"] = json!(12);
-    body["system"] = json!([{"type":"text","text":"You are brief."}]);
+    body["system"] = json!([{"type":"text","text":"You are concise."}]);
     let (status, text) = post(addr, path, &body);
     assert_eq!(status, 200, "{text}");
     let r: Value = serde_json::from_str(&text).unwrap();

@@ -9,7 +9,8 @@ text equals the non-streamed greedy text, and the raw events come in Anthropic's
 `stop_sequences`; a tool_use round trip (the model calls get_weather, the result goes
 back as a `tool_result` block, the model answers from it), non-streamed and streamed;
 `count_tokens`; and the error shape of a bad field, an image block and a wrong key.
-Exits non-zero, naming the failure, on any mismatch.
+Exits non-zero, naming the failure, on any mismatch. This client version has no typed
+`temperature` parameter, so greedy decoding is asked for through `extra_body`.
 """
 
 import sys
@@ -22,6 +23,7 @@ client = anthropic.Anthropic(base_url=BASE, api_key=KEY, max_retries=0)
 
 PROMPT = [{"role": "user", "content": "Write one sentence about the sea."}]
 SYSTEM = "You are a helpful assistant."
+GREEDY = {"temperature": 0}
 
 
 def text_of(message):
@@ -30,7 +32,7 @@ def text_of(message):
 
 # A non-streamed greedy reply.
 r = client.messages.create(
-    model=MODEL, max_tokens=24, system=SYSTEM, messages=PROMPT, temperature=0
+    model=MODEL, max_tokens=24, system=SYSTEM, messages=PROMPT, extra_body=GREEDY
 )
 assert r.type == "message" and r.role == "assistant", r
 assert r.id.startswith("msg_"), r.id
@@ -44,7 +46,7 @@ print(f"ok create: {greedy!r} ({r.stop_reason}, {r.usage.output_tokens} tokens)"
 
 # The same request streamed: the text accumulated is the greedy text.
 with client.messages.stream(
-    model=MODEL, max_tokens=24, system=SYSTEM, messages=PROMPT, temperature=0
+    model=MODEL, max_tokens=24, system=SYSTEM, messages=PROMPT, extra_body=GREEDY
 ) as s:
     streamed = "".join(s.text_stream)
     final = s.get_final_message()
@@ -59,7 +61,7 @@ print("ok stream: same text, stop reason and usage")
 kinds = [
     e.type
     for e in client.messages.create(
-        model=MODEL, max_tokens=8, messages=PROMPT, temperature=0, stream=True
+        model=MODEL, max_tokens=8, messages=PROMPT, extra_body=GREEDY, stream=True
     )
 ]
 assert kinds[0] == "message_start", kinds
@@ -79,7 +81,7 @@ for stream in (False, True):
         max_tokens=24,
         system=SYSTEM,
         messages=PROMPT,
-        temperature=0,
+        extra_body=GREEDY,
         stop_sequences=["<never>", stop],
     )
     if stream:
@@ -128,7 +130,7 @@ def ask(messages, choice, stream):
         messages=messages,
         tools=TOOLS,
         tool_choice=choice,
-        temperature=0,
+        extra_body=GREEDY,
     )
     if not stream:
         return client.messages.create(**args)
