@@ -91,6 +91,7 @@ const PYTHON_MODULES: &[(&str, &str)] = &[
     ("msgpack", "msgpack"),
     ("yaml", "pyyaml"),
     ("openai", "openai"),
+    ("anthropic", "anthropic"),
     ("jsonschema", "jsonschema"),
 ];
 

@@ -1,10 +1,12 @@
-//! Every request field of `/v1/completions` and `/v1/chat/completions`, in one list
-//! ([`FIELDS`]): what Kiln does with it (honoured, accepted as a no-op, or refused) and an
-//! example value. The list decides which fields are known (anything else is OpenAI's 400
-//! "Unrecognized request argument supplied", or a warning under `--lenient-params`), which
-//! are refused, and it is the table in `docs/serving.md` ([`markdown_table`]; a test checks
-//! the two are equal). Adding a field: one row here, its parsing in `wire.rs`, its effect in
-//! `params.rs` or the handler.
+//! Every request field of `/v1/completions` and `/v1/chat/completions` ([`FIELDS`]), and of
+//! Anthropic's `/v1/messages` and `/v1/messages/count_tokens` ([`ANTHROPIC_FIELDS`]): what
+//! Kiln does with it (honoured, accepted as a no-op, or refused) and an example value. The
+//! lists decide which fields are known (anything else is a 400: OpenAI's "Unrecognized
+//! request argument supplied", Anthropic's "Extra inputs are not permitted"; or a warning
+//! under `--lenient-params`), which are refused, and they are the tables in
+//! `docs/serving.md` ([`markdown_table`], [`anthropic_markdown_table`]; a test checks the
+//! copies are equal). Adding a field: one row here, its parsing in `wire.rs` (or
+//! `anthropic.rs`), its effect in `params.rs` or the handler.
 
 use serde_json::{Map, Value};
 
@@ -15,21 +17,41 @@ use crate::error::ApiError;
 pub enum Endpoint {
     Completions,
     Chat,
+    /// Anthropic's `POST /v1/messages`.
+    Messages,
+    /// Anthropic's `POST /v1/messages/count_tokens`.
+    CountTokens,
+}
+
+impl Endpoint {
+    /// Anthropic's endpoints (their errors say "Extra inputs are not permitted").
+    fn is_anthropic(self) -> bool {
+        matches!(self, Endpoint::Messages | Endpoint::CountTokens)
+    }
 }
 
 /// Where a field is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum On {
+    /// Both OpenAI endpoints.
     Both,
     Completions,
     Chat,
+    /// `/v1/messages` only.
+    Messages,
+    /// `/v1/messages` and `/v1/messages/count_tokens`.
+    Anthropic,
 }
 
 impl On {
     fn includes(self, e: Endpoint) -> bool {
         matches!(
             (self, e),
-            (On::Both, _) | (On::Completions, Endpoint::Completions) | (On::Chat, Endpoint::Chat)
+            (On::Both, Endpoint::Completions | Endpoint::Chat)
+                | (On::Completions, Endpoint::Completions)
+                | (On::Chat, Endpoint::Chat)
+                | (On::Messages, Endpoint::Messages)
+                | (On::Anthropic, Endpoint::Messages | Endpoint::CountTokens)
         )
     }
 
@@ -38,6 +60,8 @@ impl On {
             On::Both => "both",
             On::Completions => "completions",
             On::Chat => "chat",
+            On::Messages => "messages",
+            On::Anthropic => "messages, count_tokens",
         }
     }
 }
@@ -91,7 +115,7 @@ const fn f(
     }
 }
 
-use On::{Both, Chat, Completions};
+use On::{Anthropic, Both, Chat, Completions, Messages};
 use Status::{Honoured, NoOp, Refused};
 
 /// Every field both endpoints know, OpenAI's first, then the llama.cpp / vLLM extensions.
@@ -474,9 +498,166 @@ pub const FIELDS: &[Field] = &[
     ),
 ];
 
-/// The rows of `FIELDS` for one endpoint.
+/// Every field of Anthropic's Messages API (`/v1/messages` and its `count_tokens`).
+pub const ANTHROPIC_FIELDS: &[Field] = &[
+    f(
+        "model",
+        Anthropic,
+        Honoured,
+        r#""smollm2-135m""#,
+        "the served id or an alias; absent: the served model; else 404 `not_found_error`",
+    ),
+    f(
+        "max_tokens",
+        Messages,
+        Honoured,
+        "4",
+        "required; most generated tokens (at least 1, within the context)",
+    ),
+    f(
+        "messages",
+        Anthropic,
+        Honoured,
+        r#"[{"role":"user","content":"Hi"}]"#,
+        "roles `user` and `assistant`; content a string or `text`, `tool_use`, `tool_result` blocks (`thinking` blocks of earlier turns are dropped); other blocks (`image`, `document`, …) are a 400",
+    ),
+    f(
+        "system",
+        Anthropic,
+        Honoured,
+        r#""Be concise.""#,
+        "a string or `text` blocks: the chat template's system message",
+    ),
+    f(
+        "stop_sequences",
+        Messages,
+        Honoured,
+        r#"["\n\n"]"#,
+        "strings that end the reply (at most 16; never part of the text); `stop_reason: \"stop_sequence\"` names the one met",
+    ),
+    f(
+        "stream",
+        Messages,
+        Honoured,
+        "true",
+        "Anthropic's server-sent events",
+    ),
+    f("temperature", Messages, Honoured, "0.5", "0–1; 0 is greedy"),
+    f(
+        "top_p",
+        Messages,
+        Honoured,
+        "0.9",
+        "nucleus sampling, (0, 1]",
+    ),
+    f(
+        "top_k",
+        Messages,
+        Honoured,
+        "20",
+        "keep the k most likely tokens (0 disables)",
+    ),
+    f(
+        "metadata",
+        Messages,
+        NoOp,
+        r#"{"user_id":"someone"}"#,
+        "nothing is stored",
+    ),
+    f("service_tier", Messages, NoOp, r#""auto""#, "one tier"),
+    f(
+        "tools",
+        Anthropic,
+        Honoured,
+        r#"[{"name":"get_weather","input_schema":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}]"#,
+        "custom tools (`name`, `description`, `input_schema`), rendered by the model's chat template; calls come back as `tool_use` blocks; Anthropic's server tools (`web_search`, `bash`, …) are a 400",
+    ),
+    f(
+        "tool_choice",
+        Anthropic,
+        Honoured,
+        r#"{"type":"auto"}"#,
+        "`auto` (default), `any`, `tool` (with `name`) or `none`; `any` and `tool` hold the call to the tool schemas by a grammar; `disable_parallel_tool_use` honoured",
+    ),
+    f(
+        "thinking",
+        Anthropic,
+        Honoured,
+        r#"{"type":"disabled"}"#,
+        "`disabled` sets the template's `enable_thinking` false; `enabled` sets it true for templates with `<think>` blocks (reasoning comes back as `thinking` blocks; `budget_tokens` is not enforced) and is a 400 for others",
+    ),
+    f(
+        "cache_control",
+        Anthropic,
+        NoOp,
+        r#"{"type":"ephemeral"}"#,
+        "the prefix cache is automatic (per-block `cache_control` likewise)",
+    ),
+    f(
+        "inference_geo",
+        Messages,
+        NoOp,
+        r#""us""#,
+        "inference runs on this server",
+    ),
+    f("speed", Messages, NoOp, r#""fast""#, "one speed"),
+    f(
+        "user_profile_id",
+        Messages,
+        NoOp,
+        r#""someone""#,
+        "nothing is stored",
+    ),
+    f(
+        "diagnostics",
+        Messages,
+        Refused,
+        r#"{"previous_message_id":"msg_1"}"#,
+        "prompt-cache diagnostics are not supported",
+    ),
+    f(
+        "output_config",
+        Anthropic,
+        Refused,
+        r#"{"effort":"low"}"#,
+        "output settings (`effort`, `format`) are not supported",
+    ),
+    f(
+        "output_format",
+        Anthropic,
+        Refused,
+        r#"{"type":"json_schema","schema":{"type":"object"}}"#,
+        "structured output through this field is not supported",
+    ),
+    f(
+        "container",
+        Messages,
+        Refused,
+        r#""container_1""#,
+        "code-execution containers are not supported",
+    ),
+    f(
+        "mcp_servers",
+        Anthropic,
+        Refused,
+        r#"[{"type":"url","url":"https://example.com/sse","name":"x"}]"#,
+        "MCP servers are not supported (an empty list is accepted)",
+    ),
+    f(
+        "context_management",
+        Messages,
+        Refused,
+        r#"{"edits":[{"type":"clear_tool_uses_20250919"}]}"#,
+        "context editing is not supported",
+    ),
+];
+
+/// The rows of [`FIELDS`] and [`ANTHROPIC_FIELDS`] for one endpoint.
 pub fn of(endpoint: Endpoint) -> impl Iterator<Item = &'static Field> {
-    FIELDS.iter().filter(move |f| f.on.includes(endpoint))
+    FIELDS
+        .iter()
+        .chain(ANTHROPIC_FIELDS)
+        .filter(move |f| f.on.includes(endpoint))
 }
 
 /// A refused field's values that ask for nothing and are accepted (`obj` is the body).
@@ -488,6 +669,7 @@ fn accepted_anyway(name: &str, v: &Value, obj: &Map<String, Value>) -> bool {
         "functions" => v.as_array().is_some_and(Vec::is_empty),
         "function_call" => v.as_str() == Some("none"),
         "modalities" => v.as_array().is_some_and(|a| a.iter().all(|m| m == "text")),
+        "mcp_servers" => v.as_array().is_some_and(Vec::is_empty),
         _ => false,
     }
 }
@@ -517,10 +699,12 @@ pub fn check(endpoint: Endpoint, body: &mut Value, lenient: bool) -> Result<(), 
     }
     if let Some(first) = unknown.first() {
         if !lenient {
-            return Err(ApiError::bad_request(
-                format!("Unrecognized request argument supplied: {first}"),
-                None,
-            ));
+            let message = if endpoint.is_anthropic() {
+                format!("{first}: Extra inputs are not permitted")
+            } else {
+                format!("Unrecognized request argument supplied: {first}")
+            };
+            return Err(ApiError::bad_request(message, None));
         }
         for name in &unknown {
             eprintln!(
@@ -532,10 +716,19 @@ pub fn check(endpoint: Endpoint, body: &mut Value, lenient: bool) -> Result<(), 
     Ok(())
 }
 
-/// The table of every field, as `docs/serving.md` has it.
+/// The table of every OpenAI field, as `docs/serving.md` has it.
 pub fn markdown_table() -> String {
+    table(FIELDS)
+}
+
+/// The table of every Anthropic field, as `docs/serving.md` has it.
+pub fn anthropic_markdown_table() -> String {
+    table(ANTHROPIC_FIELDS)
+}
+
+fn table(fields: &[Field]) -> String {
     let mut s = String::from("| field | endpoint | status | meaning |\n|---|---|---|---|\n");
-    for f in FIELDS {
+    for f in fields {
         s.push_str(&format!(
             "| `{}` | {} | {} | {} |\n",
             f.name,
@@ -554,24 +747,33 @@ mod tests {
     #[test]
     fn the_serving_docs_table_is_the_field_list() {
         let docs = include_str!("../../../docs/serving.md");
-        let table = markdown_table();
-        assert!(
-            docs.contains(&table),
-            "docs/serving.md must contain the field table exactly as fields::markdown_table() \
-             prints it:\n{table}"
-        );
+        for (name, table) in [
+            ("markdown_table", markdown_table()),
+            ("anthropic_markdown_table", anthropic_markdown_table()),
+        ] {
+            assert!(
+                docs.contains(&table),
+                "docs/serving.md must contain the field table exactly as fields::{name}() \
+                 prints it:\n{table}"
+            );
+        }
     }
 
     #[test]
     fn every_example_is_json_and_no_field_is_listed_twice_for_an_endpoint() {
-        for e in [Endpoint::Completions, Endpoint::Chat] {
+        for e in [
+            Endpoint::Completions,
+            Endpoint::Chat,
+            Endpoint::Messages,
+            Endpoint::CountTokens,
+        ] {
             let names: Vec<&str> = of(e).map(|f| f.name).collect();
             let mut sorted = names.clone();
             sorted.sort_unstable();
             sorted.dedup();
             assert_eq!(sorted.len(), names.len(), "{e:?}: {names:?}");
         }
-        for f in FIELDS {
+        for f in FIELDS.iter().chain(ANTHROPIC_FIELDS) {
             let v: Value = serde_json::from_str(f.example)
                 .unwrap_or_else(|e| panic!("{}: example {:?}: {e}", f.name, f.example));
             let mut obj = Map::new();
@@ -596,6 +798,36 @@ mod tests {
         // A chat-only field is unknown to completions.
         let mut body = serde_json::json!({"prompt":"x","messages":[]});
         assert!(check(Endpoint::Completions, &mut body, false).is_err());
+    }
+
+    #[test]
+    fn anthropic_fields_are_known_only_to_anthropics_endpoints() {
+        let mut body = serde_json::json!({"messages":[],"max_tokens":1,"foo_bar":1});
+        let e = check(Endpoint::Messages, &mut body, false).unwrap_err();
+        assert_eq!(e.message, "foo_bar: Extra inputs are not permitted");
+        // OpenAI's names are unknown to Anthropic's endpoint and the other way round.
+        for (e, field) in [
+            (Endpoint::Messages, "stop"),
+            (Endpoint::Chat, "stop_sequences"),
+            (Endpoint::Chat, "system"),
+            (Endpoint::CountTokens, "max_tokens"),
+            (Endpoint::CountTokens, "stream"),
+        ] {
+            let mut body = serde_json::json!({"messages":[]});
+            body[field] = serde_json::json!(1);
+            assert!(check(e, &mut body, false).is_err(), "{e:?} {field}");
+        }
+        let mut body = serde_json::json!({"messages":[],"tools":[],"thinking":{"type":"disabled"}});
+        check(Endpoint::CountTokens, &mut body, false).unwrap();
+        let mut body = serde_json::json!({"messages":[],"max_tokens":1,"mcp_servers":[]});
+        check(Endpoint::Messages, &mut body, false).unwrap();
+        let mut body = serde_json::json!({"messages":[],"max_tokens":1,"container":"c"});
+        assert_eq!(
+            check(Endpoint::Messages, &mut body, false)
+                .unwrap_err()
+                .param,
+            Some("container")
+        );
     }
 
     #[test]

@@ -47,6 +47,11 @@ pub fn parse_request(
             let (p, (prompt, _), _) = prepare_chat(req, tokenizer, template, limits)?;
             (p, vec![prompt], "messages")
         }
+        Endpoint::Messages | Endpoint::CountTokens => {
+            let (p, prompt) =
+                crate::anthropic::parse_for_fuzzing(endpoint, body, tokenizer, template, limits)?;
+            (p, vec![prompt], "messages")
+        }
     };
     let mut requests = Vec::new();
     for prompt in prompts {
