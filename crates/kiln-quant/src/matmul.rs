@@ -391,7 +391,8 @@ fn gemm(wk: &WeightKernels, w: &QMatrix, a: ActRows<'_>, n: usize, y: &mut [f32]
     let tok_tasks = want.div_ceil(row_tasks).min(n.div_ceil(8)).max(1);
     let tc = n.div_ceil(tok_tasks).next_multiple_of(8);
     let n_tc = n.div_ceil(tc);
-    let rc = rows.div_ceil(row_tasks);
+    // Even row chunks (and row blocks, in `gemm_tile`), so the two-row tiles cover them.
+    let rc = rows.div_ceil(row_tasks).next_multiple_of(2);
     let n_rc = rows.div_ceil(rc);
     let out = SharedOut::new(y);
     let task = |i: usize| {
@@ -450,7 +451,9 @@ unsafe fn gemm_tile(
     } else {
         w.row_bytes
     };
-    let row_block = (ROW_BLOCK_BYTES / block_row_bytes.max(1)).max(ROW_BLOCK_MIN);
+    let row_block = (ROW_BLOCK_BYTES / block_row_bytes.max(1))
+        .max(ROW_BLOCK_MIN)
+        .next_multiple_of(2);
     let mut rb = r0;
     while rb < r1 {
         let re = (rb + row_block).min(r1);
