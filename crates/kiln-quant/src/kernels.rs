@@ -62,8 +62,9 @@ fn act_rows_checked<const T: usize>(
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelImpl {
     /// `"quantize"` (activations), `"dequantize"`, `"dot"`, `"dotr4"` (GEMV: four weight
-    /// rows × one token), `"dot4"` (GEMM: one weight row × four tokens) or `"dot8"` (wide
-    /// GEMM: one weight row × eight tokens; listed only where a table has one).
+    /// rows × one token), `"dot4"` (GEMM: one weight row × four tokens), `"dot8"` (wide
+    /// GEMM: one weight row × eight tokens) or `"dot8r2"` (GEMM tile: two weight rows × eight
+    /// tokens); the last two listed only where a table has one.
     pub kernel: &'static str,
     pub ty: GgmlType,
     pub isa: Isa,
@@ -241,6 +242,48 @@ impl Kernels {
         Ok(out)
     }
 
+    /// The two-row GEMM tile: dots of two consecutive weight rows (laid end to end in `w`)
+    /// with eight activation rows laid end to end in `a`; `out[r][t]` equals [`Kernels::dot`]
+    /// of row `r` and token `t` bit for bit. Types without a tile in this table
+    /// ([`Kernels::has_dot8r2`]) answer with two [`Kernels::dot8`] calls, as the matmul
+    /// driver does.
+    pub fn dot8r2(&self, ty: GgmlType, w: &[u8], a: &[u8]) -> Result<[[f32; 8]; 2], QuantError> {
+        let wt = wtype(ty)?;
+        let total = elems_in(ty, w.len())?;
+        if total % 2 != 0 || !(total / 2).is_multiple_of(ty.block_elems()) {
+            return Err(QuantError::BadShape {
+                type_name: ty.name(),
+                what: "weight bytes (not two whole rows)",
+                expected: w.len() / 2 * 2,
+                actual: w.len(),
+            });
+        }
+        let rb = w.len() / 2;
+        let Some(tile) = self.weights[wt as usize].dot8r2 else {
+            return Ok([self.dot8(ty, &w[..rb], a)?, self.dot8(ty, &w[rb..], a)?]);
+        };
+        let (sc, stride, sc_stride) = act_rows_checked::<8>(wt, ty, &w[..rb], a)?;
+        let mut sc8 = vec![0.0f32; 8 * sc_stride];
+        interleave8(&sc, sc_stride, &mut sc8);
+        let rows = ActRows {
+            a,
+            stride,
+            sc: &sc,
+            sc_stride,
+            sc8: &sc8,
+        };
+        let mut out = [[0.0; 8]; 2];
+        // SAFETY: as in `quantize_activations`; lengths checked above (`w` is two rows of
+        // `rb` bytes, `a` eight activation rows of their length).
+        unsafe { (tile.f)(w, rb, rows, &mut out) };
+        Ok(out)
+    }
+
+    /// Whether this table has a two-row × eight-token GEMM tile for `ty`.
+    pub fn has_dot8r2(&self, ty: GgmlType) -> bool {
+        wtype(ty).is_ok_and(|wt| self.weights[wt as usize].dot8r2.is_some())
+    }
+
     /// Whether this table has an eight-token GEMM micro-kernel for `ty`.
     pub fn has_dot8(&self, ty: GgmlType) -> bool {
         wtype(ty).is_ok_and(|wt| {
@@ -300,6 +343,13 @@ impl Kernels {
                     kernel: "dot8",
                     ty: w.ggml(),
                     isa: d8.isa,
+                });
+            }
+            if let Some(tile) = k.dot8r2 {
+                v.push(KernelImpl {
+                    kernel: "dot8r2",
+                    ty: w.ggml(),
+                    isa: tile.isa,
                 });
             }
         }

@@ -34,7 +34,8 @@
 //!
 //! The AVX-512 table (F/BW/VL + VNNI, chosen over AVX2 when present) is the AVX2 table with
 //! `dot4` and `dot8` of Q4_K and Q5_K, every dot of Q6_K, and `dot8` of Q4_0, Q5_0, Q8_0 and
-//! Q4_1 replaced by AVX-512 kernels; every other entry is AVX2's. The NEON table (aarch64) is
+//! Q4_1 replaced by AVX-512 kernels, plus a two-row × eight-token GEMM tile (`dot8r2`) for
+//! Q4_K and Q6_K that no other table has; every other entry is AVX2's. The NEON table (aarch64) is
 //! tested against scalar under qemu-user (`cargo xtask test-aarch64`).
 //!
 //! The attention kernels over paged K/V (scores, value accumulation, K/V row storage) are in

@@ -391,7 +391,8 @@ fn gemm(wk: &WeightKernels, w: &QMatrix, a: ActRows<'_>, n: usize, y: &mut [f32]
     let tok_tasks = want.div_ceil(row_tasks).min(n.div_ceil(8)).max(1);
     let tc = n.div_ceil(tok_tasks).next_multiple_of(8);
     let n_tc = n.div_ceil(tc);
-    let rc = rows.div_ceil(row_tasks);
+    // Even row chunks (and row blocks, in `gemm_tile`), so the two-row tiles cover them.
+    let rc = rows.div_ceil(row_tasks).next_multiple_of(2);
     let n_rc = rows.div_ceil(rc);
     let out = SharedOut::new(y);
     let task = |i: usize| {
@@ -429,6 +430,7 @@ unsafe fn gemm_tile(
     let rows = w.rows;
     let stride = a.stride;
     let (dot, dot4, dot8) = (wk.dot.f, wk.dot4.f, wk.dot8.map(|k| k.f));
+    let dot8r2 = wk.dot8r2.map(|k| k.f);
     let rows_at = |t: usize, n: usize| ActRows {
         a: &a.a[t * stride..(t + n) * stride],
         stride,
@@ -449,7 +451,9 @@ unsafe fn gemm_tile(
     } else {
         w.row_bytes
     };
-    let row_block = (ROW_BLOCK_BYTES / block_row_bytes.max(1)).max(ROW_BLOCK_MIN);
+    let row_block = (ROW_BLOCK_BYTES / block_row_bytes.max(1))
+        .max(ROW_BLOCK_MIN)
+        .next_multiple_of(2);
     let mut rb = r0;
     while rb < r1 {
         let re = (rb + row_block).min(r1);
@@ -484,7 +488,26 @@ unsafe fn gemm_tile(
         } else if let Some(dot8) = dot8 {
             while t + 8 <= t1 {
                 let a8 = rows_at(t, 8);
-                for r in rb..re {
+                let mut r = rb;
+                if let Some(tile) = dot8r2 {
+                    while r + 2 <= re {
+                        let mut o = [[0.0f32; 8]; 2];
+                        // SAFETY: kernels of a supported ISA; two whole rows `row_bytes`
+                        // apart, and `a8` as below.
+                        unsafe {
+                            tile(
+                                &w.data[r * w.row_bytes..(r + 2) * w.row_bytes],
+                                w.row_bytes,
+                                a8,
+                                &mut o,
+                            )
+                        };
+                        write8(t, r, o[0]);
+                        write8(t, r + 1, o[1]);
+                        r += 2;
+                    }
+                }
+                for r in r..re {
                     let mut o = [0.0f32; 8];
                     // SAFETY: kernels of a supported ISA; `a8` is eight activation rows with
                     // their scales, the rows ending where the eighth ends.

@@ -25,6 +25,12 @@ pub(crate) type Dot4Fn = unsafe fn(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4])
 /// result must equal [`DotFn`]'s bit for bit.
 pub(crate) type Dot8Fn = unsafe fn(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]);
 
+/// Dots of two consecutive weight rows (`w` holds them, `row_bytes` apart) with eight
+/// activation rows: the two-row GEMM tile, which loads each activation vector once for both
+/// rows. `out[r][t]` must equal [`DotFn`]'s result for row `r`, token `t` bit for bit.
+pub(crate) type Dot8R2Fn =
+    unsafe fn(w: &[u8], row_bytes: usize, a: ActRows<'_>, out: &mut [[f32; 8]; 2]);
+
 /// Unpacks a weight row into [`crate::blocks::BlockI8`] blocks (`out` holds one per block):
 /// the values and scales the type's dot kernels use, exactly.
 pub(crate) type UnpackFn = unsafe fn(w: &[u8], out: &mut [crate::blocks::BlockI8]);
@@ -128,6 +134,9 @@ pub(crate) struct WeightKernels {
     /// once per GEMM task (for all its tokens) and runs this instead of `dot8`; results
     /// equal `dot` bit for bit.
     pub(crate) dot8_unpacked: Option<(Imp<UnpackFn>, Imp<Dot8Fn>)>,
+    /// The two-row × eight-token tile, where one exists (then the driver takes weight rows
+    /// two at a time with it, and an odd last row with `dot8`, which the type must have).
+    pub(crate) dot8r2: Option<Imp<Dot8R2Fn>>,
 }
 
 /// The kernels for one instruction set. Obtain with [`kernels`] (the process's choice) or
@@ -189,6 +198,17 @@ impl Kernels {
     pub(crate) const fn set_dot8(&mut self, w: WType, dot8: Dot8Fn) {
         self.weights[w as usize].dot8 = Some(self.own(dot8));
         self.weights[w as usize].dot8_unpacked = None;
+        self.weights[w as usize].dot8r2 = None;
+    }
+
+    /// Gives `w` a two-row × eight-token GEMM tile (`w` must have a `dot8`, set first: a
+    /// later `set_dot8` or `set_dot8_unpacked` removes the tile, which must agree with it).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) const fn set_dot8r2(&mut self, w: WType, tile: Dot8R2Fn) {
+        match self.weights[w as usize].dot8 {
+            Some(_) => self.weights[w as usize].dot8r2 = Some(self.own(tile)),
+            None => panic!("set_dot8r2: the type has no eight-token kernel"),
+        }
     }
 
     /// Replaces only the four-token GEMM kernel of `w` (its dot and GEMV stay the parent's;
@@ -214,5 +234,6 @@ impl Kernels {
     pub(crate) const fn set_dot8_unpacked(&mut self, w: WType, unpack: UnpackFn, dot8: Dot8Fn) {
         self.weights[w as usize].dot8_unpacked = Some((self.own(unpack), self.own(dot8)));
         self.weights[w as usize].dot8 = None;
+        self.weights[w as usize].dot8r2 = None;
     }
 }

@@ -4,7 +4,7 @@
 //! * activation quantizers: bytes identical to scalar;
 //! * dequantizers: values identical to scalar (bit for bit);
 //! * dot: equal to scalar bit for bit (one canonical summation order, see `scalar::util`);
-//! * dot4 / dot8 (GEMM) and dotr4 (GEMV): equal to the same table's dot bit for bit.
+//! * dot4 / dot8 / dot8r2 (GEMM) and dotr4 (GEMV): equal to the same table's dot bit for bit.
 
 mod common;
 
@@ -215,6 +215,39 @@ fn dot8_equals_eight_single_dots_bit_for_bit() {
                         k.isa(),
                         got[t]
                     );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn dot8r2_equals_sixteen_single_dots_bit_for_bit() {
+    for ty in weight_types() {
+        let act = vec_dot_type(ty).expect("supported");
+        for case in cases(ty, 3) {
+            let n = case.x.len();
+            let mut rng = SeedRng::new(case.seed ^ 0xD082);
+            let other = random_weights(ty, case.w.len() / ty.block_bytes(), &mut rng);
+            let w2 = [case.w.clone(), other].concat();
+            let rows: Vec<Vec<u8>> = (0..8)
+                .map(|_| quantize(scalar(), act, &random_acts(n, &mut rng)))
+                .collect();
+            let a8 = rows.concat();
+            for k in tables() {
+                let got = k.dot8r2(ty, &w2, &a8).expect("dot8r2");
+                let rb = case.w.len();
+                for (r, got) in got.iter().enumerate() {
+                    for t in 0..8 {
+                        let one = k.dot(ty, &w2[r * rb..(r + 1) * rb], &rows[t]).expect("dot");
+                        assert_eq!(
+                            got[t].to_bits(),
+                            one.to_bits(),
+                            "{} dot8r2 {ty} row {r} token {t}: {} vs dot {one}",
+                            k.isa(),
+                            got[t]
+                        );
+                    }
                 }
             }
         }

@@ -198,6 +198,58 @@ fn a_matrix_of_several_row_blocks_equals_the_dot_kernel_bit_for_bit_on_every_isa
 }
 
 #[test]
+fn gemm_tiles_equal_the_dot_kernel_for_every_token_count_and_odd_row_counts() {
+    // Token counts 1..=21 (groups of eight, of four and single tokens in every mix), row
+    // counts that are not a multiple of the two-row tile (nor of four), one and three threads,
+    // every table on this machine.
+    for &ty in &[
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+        GgmlType::Q8_0,
+        GgmlType::Q4_0,
+    ] {
+        let cols = cols_for(ty);
+        let act = vec_dot_type(ty).expect("supported");
+        for rows in [1usize, 3, 37] {
+            let data = random_matrix(ty, rows, cols, 10 + rows as u64);
+            let w = QMatrix::new(ty, rows, cols, &data).expect("matrix");
+            let x = random_x(21 * cols, 11);
+            for k in tables() {
+                let want: Vec<Vec<f32>> = (0..21)
+                    .map(|t| {
+                        let a = quantize(k, act, &x[t * cols..(t + 1) * cols]);
+                        (0..rows)
+                            .map(|r| k.dot(ty, w.row(r), &a).expect("dot"))
+                            .collect()
+                    })
+                    .collect();
+                for threads in [1, 3] {
+                    let pool = rayon::ThreadPoolBuilder::new()
+                        .num_threads(threads)
+                        .build()
+                        .expect("pool");
+                    for n in 1..=21 {
+                        let mut s = MatmulScratch::default();
+                        s.prepare(&x[..n * cols], n, cols);
+                        let mut y = vec![0.0f32; n * rows];
+                        pool.install(|| matmul_prepared_with(k, &w, &mut s, &mut y));
+                        for (i, g) in y.iter().enumerate() {
+                            let (t, r) = (i / rows, i % rows);
+                            assert_eq!(
+                                g.to_bits(),
+                                want[t][r].to_bits(),
+                                "{} {ty} rows={rows} n={n} {threads} threads: token {t} row {r}",
+                                k.isa()
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn one_preparation_serves_several_matrices_and_types() {
     let cols = 512;
     let x = random_x(3 * cols, 8);

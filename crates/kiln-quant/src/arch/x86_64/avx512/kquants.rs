@@ -8,13 +8,22 @@
 //! the super-block scale, the mins in their own accumulator (Q4_K: 4 lanes, Q5_K: a scalar
 //! fused chain), `hsum_float_8` at the end. Only the integer sums are formed differently, and integer sums are exact:
 //!
-//! * one `zmm` covers two 32-value sub-blocks (64 contiguous activation bytes), the lower
-//!   256 bits the first, the upper the second;
-//! * `maddubs` forms the byte-pair products (unsigned 4-, 5- or 6-bit weights × signed bytes:
-//!   at most `2 · 63 · 128 < 2^15`, so it never saturates here) and VNNI `vpdpwssd`
-//!   multiplies them by the sub-block scale and accumulates, replacing AVX2's `madd` + `add`;
+//! * one `zmm` covers 64 contiguous activation bytes (Q4_K, Q5_K: two 32-value sub-blocks,
+//!   the lower 256 bits the first; Q6_K: four 16-value groups, one per 128-bit lane);
+//! * VNNI `vpdpbusd` forms each quad sum (four unsigned 4-, 5- or 6-bit weights × signed
+//!   bytes, one `i32` lane) in one instruction; a quad sum is at most `4 · 63 · 128 < 2^15`
+//!   in magnitude, so it fits an `i16`;
+//! * [`sums4`] then puts the quad sums of two `zmm` side by side as `i16` pairs (lane `k`:
+//!   the first's quad `k` in its lower half, the second's in its upper) and one `vpdpwssd`
+//!   multiplies each by its own sub-block scale and adds them: two scaled quads per lane for
+//!   one multiply, where AVX2 needs `maddubs` + `madd` per 32 bytes;
 //! * at the end of the super-block the two 256-bit halves are added: lane `l` then holds
-//!   the same sum of quads as AVX2's lane `l` (a reordering of exact integer additions).
+//!   the same sum of scaled quads as AVX2's lane `l` (a reordering of exact integer
+//!   additions).
+//!
+//! The GEMM tiles of Q4_K and Q6_K come in 1 and 2 weight rows × 8 tokens (`dot8`,
+//! `dot8r2`): in the two-row tile each activation vector is loaded once for both rows, and
+//! the tokens' scales and `bsums` terms are formed once for both.
 
 use std::arch::x86_64::*;
 
@@ -23,14 +32,35 @@ use crate::arch::x86_64::avx2::util::{f16_to_f32, f16x2_to_f32, hsum_f32x4, hsum
 use crate::blocks::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, as_blocks, q4k_scales_mins};
 use crate::table::ActRows;
 
+/// The 256 activation bytes of a Q8_K block as four `zmm`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn load_q8k(y: &BlockQ8K) -> [__m512i; 4] {
+    std::array::from_fn(|j| load512(&y.qs[64 * j..64 * j + 64]))
+}
+
+/// The exact scaled sums of a super-block as 16 `i32` lanes (the halves not yet added):
+/// lane `k` is `sum_j sc(j, k) * quad_k(q[j] · y[j])`, where `sc(j, k)` is the scale of the
+/// values of `q[j]` in lane `k`, given as `i16` pairs: `scp[p]` holds those of `q[2p]` in its
+/// even `i16` lanes and those of `q[2p + 1]` in its odd ones.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn sums4(q: &[__m512i; 4], scp: &[__m512i; 2], y: &[__m512i; 4]) -> __m512i {
+    let z = _mm512_setzero_si512();
+    let s: [__m512i; 4] = std::array::from_fn(|j| _mm512_dpbusd_epi32(z, q[j], y[j]));
+    let lo = _mm512_dpwssd_epi32(z, lo16_pairs(s[0], s[1]), scp[0]);
+    _mm512_dpwssd_epi32(lo, lo16_pairs(s[2], s[3]), scp[1])
+}
+
 // ---------------------------------------------------------------- Q4_K × Q8_K
 
 /// A Q4_K block unpacked for the integer sums: for each pair `j` of sub-blocks its 64
-/// nibbles (sub-block `2j` low, `2j + 1` high) and the `i16` scales (`sc[2j]` in the lower
-/// 256 bits, `sc[2j + 1]` in the upper), plus what the float steps need.
+/// nibbles (sub-block `2j` low, `2j + 1` high), and the `i16` scale pairs [`sums4`] applies
+/// (`scp[p]`: the scales of `q[2p]` in the even `i16` lanes, of `q[2p + 1]` in the odd ones),
+/// plus what the float steps need.
 struct Q4K {
     q: [__m512i; 4],
-    sc: [__m512i; 4],
+    scp: [__m512i; 2],
     d: f32,
     dmin: f32,
     /// The 8 mins as `i16` lanes.
@@ -50,8 +80,9 @@ fn q4k_unpack(x: &BlockQ4K) -> Q4K {
             // Low nibbles in the lower half, high nibbles in the upper half.
             _mm512_and_si512(_mm512_mask_srli_epi16::<4>(bits, HI_HALF16, bits), m4)
         }),
-        sc: std::array::from_fn(|j| {
-            _mm512_permutexvar_epi16(pair_index16(2 * j as i16, 2 * j as i16 + 1), sc16)
+        scp: std::array::from_fn(|p| {
+            let sc = |j: i16| _mm512_permutexvar_epi16(pair_index16(2 * j, 2 * j + 1), sc16);
+            scale_pairs(sc(2 * p as i16), sc(2 * p as i16 + 1))
         }),
         d: _mm_cvtss_f32(dm),
         dmin: _mm_cvtss_f32(_mm_movehdup_ps(dm)),
@@ -83,14 +114,7 @@ fn tile_q4_k<const T: usize>(w: &[BlockQ4K], ys: [&[BlockQ8K]; T]) -> [f32; T] {
     for (i, x) in w.iter().enumerate() {
         let b = q4k_unpack(x);
         let yt: [&BlockQ8K; T] = std::array::from_fn(|t| &ys[t][i]);
-        let mut sumi = [_mm512_setzero_si512(); T];
-        for j in 0..4 {
-            for t in 0..T {
-                let q8 = load512(&yt[t].qs[64 * j..64 * j + 64]);
-                let p = _mm512_maddubs_epi16(b.q[j], q8);
-                sumi[t] = _mm512_dpwssd_epi32(sumi[t], p, b.sc[j]);
-            }
-        }
+        let sumi: [__m512i; T] = std::array::from_fn(|t| sums4(&b.q, &b.scp, &load_q8k(yt[t])));
         for t in 0..T {
             let yd = yt[t].d.get();
             let d = yd * b.d;
@@ -110,55 +134,73 @@ pub(crate) fn dot4_q4_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
     *out = tile_q4_k(w, rows_n::<4, BlockQ8K>(&a, w.len()));
 }
 
-/// The 1 × 8 tile of Q4_K with its per-token float steps done for several tokens at once:
-/// the block scales of the eight tokens come from one load of `yd` (scale of block `i` of
-/// token `t` at `8 * i + t`, see `interleave8`) and are multiplied by the weight scales in
-/// one 8-lane product; the super-block sums of tokens `2p`, `2p + 1` share one `zmm`
-/// (`fold_pair`), so one conversion and one `fma` serve two tokens; the mins of tokens
-/// `4h .. 4h + 4` share one `zmm` (`mins_quad`). Each lane still sees exactly the operations
-/// of [`tile_q4_k`] (and of the single dot) in the same order, so results are bit-identical.
+/// The `R` × 8 tile of Q4_K (`R` weight rows, eight tokens) with its per-token float steps
+/// done for several tokens at once: the block scales of the eight tokens come from one load
+/// of `yd` (scale of block `i` of token `t` at `8 * i + t`, see `interleave8`) and are
+/// multiplied by a row's weight scales in one 8-lane product; the super-block sums of tokens
+/// `2p`, `2p + 1` share one `zmm` (`fold_pair`), so one conversion and one `fma` serve two
+/// tokens; the mins of tokens `4h .. 4h + 4` share one `zmm` (`mins_quad`). Each activation
+/// vector is loaded once for the `R` rows, and the tokens' `bsums` pair sums are formed once
+/// for them. Each lane still sees exactly the operations of [`tile_q4_k`] (and of the single
+/// dot) in the same order, so results are bit-identical.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn tile8_q4_k(w: &[BlockQ4K], ys: [&[BlockQ8K]; 8], yd: &[f32]) -> [f32; 8] {
+fn tile8_q4_k<const R: usize>(
+    w: [&[BlockQ4K]; R],
+    ys: [&[BlockQ8K]; 8],
+    yd: &[f32],
+) -> [[f32; 8]; R] {
+    let nb = ys[0].len();
     for y in ys {
-        assert_eq!(y.len(), w.len());
+        assert_eq!(y.len(), nb);
     }
-    assert!(yd.len() >= 8 * w.len());
-    let mut acc = [_mm512_setzero_ps(); 4];
-    let mut acc_m = [_mm512_setzero_ps(); 2];
-    for (i, x) in w.iter().enumerate() {
-        let b = q4k_unpack(x);
+    for x in w {
+        assert_eq!(x.len(), nb);
+    }
+    assert!(yd.len() >= 8 * nb);
+    let mut acc = [[_mm512_setzero_ps(); R]; 4];
+    let mut acc_m = [[_mm512_setzero_ps(); 2]; R];
+    for i in 0..nb {
+        let b: [Q4K; R] = std::array::from_fn(|r| q4k_unpack(&w[r][i]));
         let yt: [&BlockQ8K; 8] = std::array::from_fn(|t| &ys[t][i]);
-        let mut sumi = [_mm512_setzero_si512(); 8];
-        for j in 0..4 {
-            for t in 0..8 {
-                let q8 = load512(&yt[t].qs[64 * j..64 * j + 64]);
-                let p = _mm512_maddubs_epi16(b.q[j], q8);
-                sumi[t] = _mm512_dpwssd_epi32(sumi[t], p, b.sc[j]);
-            }
-        }
         let ydv = load_f32x8(&yd[8 * i..8 * i + 8]);
         // `yd * d` and `-yd * dmin` for the eight tokens (the same products as the scalar
         // steps: a float product does not depend on operand order or on which one is negated).
-        let dv = _mm512_castps256_ps512(_mm256_mul_ps(ydv, _mm256_set1_ps(b.d)));
-        let dmv = _mm512_castps256_ps512(_mm256_mul_ps(ydv, _mm256_set1_ps(-b.dmin)));
-        for p in 0..4 {
-            let s = fold_pair(sumi[2 * p], sumi[2 * p + 1]);
-            let d = _mm512_permutexvar_ps(pair_index32(2 * p as i32, 2 * p as i32 + 1), dv);
-            acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[p]);
+        let dv: [__m512; R] = std::array::from_fn(|r| {
+            _mm512_castps256_ps512(_mm256_mul_ps(ydv, _mm256_set1_ps(b[r].d)))
+        });
+        let dmv: [__m512; R] = std::array::from_fn(|r| {
+            _mm512_castps256_ps512(_mm256_mul_ps(ydv, _mm256_set1_ps(-b[r].dmin)))
+        });
+        for (p, acc) in acc.iter_mut().enumerate() {
+            let (t0, t1) = (2 * p, 2 * p + 1);
+            let (ya, yb) = (load_q8k(yt[t0]), load_q8k(yt[t1]));
+            let idx = pair_index32(t0 as i32, t1 as i32);
+            for r in 0..R {
+                let s = fold_pair(
+                    sums4(&b[r].q, &b[r].scp, &ya),
+                    sums4(&b[r].q, &b[r].scp, &yb),
+                );
+                let d = _mm512_permutexvar_ps(idx, dv[r]);
+                acc[r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[r]);
+            }
         }
-        let mm = mins_dup(b.mins);
-        for h in 0..2 {
-            let y4: [&BlockQ8K; 4] = std::array::from_fn(|q| yt[4 * h + q]);
-            let prod = mins_quad(mm, y4);
-            let dm = _mm512_permutexvar_ps(quad_index32(4 * h as i32), dmv);
-            acc_m[h] = _mm512_fmadd_ps(dm, _mm512_cvtepi32_ps(prod), acc_m[h]);
+        let q8s: [__m512i; 4] = std::array::from_fn(|p| bsum_pairs(yt[2 * p], yt[2 * p + 1]));
+        for r in 0..R {
+            let mm = mins_dup(b[r].mins);
+            for h in 0..2 {
+                let prod = mins_quad(mm, q8s[2 * h], q8s[2 * h + 1]);
+                let dm = _mm512_permutexvar_ps(quad_index32(4 * h as i32), dmv[r]);
+                acc_m[r][h] = _mm512_fmadd_ps(dm, _mm512_cvtepi32_ps(prod), acc_m[r][h]);
+            }
         }
     }
-    std::array::from_fn(|t| {
-        let (lo, hi) = halves_ps(acc[t / 2]);
-        let a = if t % 2 == 0 { lo } else { hi };
-        hsum_f32x8(a) + hsum_f32x4(quarter_ps(acc_m[t / 4], t % 4))
+    std::array::from_fn(|r| {
+        std::array::from_fn(|t| {
+            let (lo, hi) = halves_ps(acc[t / 2][r]);
+            let a = if t % 2 == 0 { lo } else { hi };
+            hsum_f32x8(a) + hsum_f32x4(quarter_ps(acc_m[r][t / 4], t % 4))
+        })
     })
 }
 
@@ -170,21 +212,25 @@ fn mins_dup(mins: __m128i) -> __m512i {
     _mm512_broadcast_i64x4(_mm256_cvtepu16_epi32(mins))
 }
 
-/// [`q4k_mins_prod`] of four tokens: 4 `i32` lanes per token, token `q` in 128-bit lane `q`.
-/// As there, the `bsums` pair sums `q8s_k = bsum_2k + bsum_2k+1` wrap to `i16` (an `i16`
-/// add here, `hadd_epi16` there), and lane `l` is `m_2l * q8s_2l + m_2l+1 * q8s_2l+1`
-/// (exact in `i32`).
+/// The `bsums` pair sums of two tokens, `q8s_k = bsum_2k + bsum_2k+1` wrapped to `i16` (an
+/// `i16` add here, `hadd_epi16` in [`q4k_mins_prod`]), in the lower `i16` of lane `k`; the
+/// first token in the lower 256 bits, the second in the upper.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn mins_quad(mm: __m512i, y: [&BlockQ8K; 4]) -> __m512i {
+fn bsum_pairs(lo: &BlockQ8K, hi: &BlockQ8K) -> __m512i {
+    let bs = join32(&lo.bsums, &hi.bsums);
+    _mm512_add_epi16(bs, _mm512_srli_epi32::<16>(bs))
+}
+
+/// [`q4k_mins_prod`] of four tokens (their [`bsum_pairs`] in `a`, `b`): 4 `i32` lanes per
+/// token, token `q` in 128-bit lane `q`. Lane `l` is `m_2l * q8s_2l + m_2l+1 * q8s_2l+1`
+/// (exact in `i32`), as there.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn mins_quad(mm: __m512i, a: __m512i, b: __m512i) -> __m512i {
     // Lane k: q8s_k (wrapped) in its lower i16, times m_k (the upper i16 times zero).
-    let prods = |lo: &BlockQ8K, hi: &BlockQ8K| {
-        let bs = join32(&lo.bsums, &hi.bsums);
-        let q8s = _mm512_add_epi16(bs, _mm512_srli_epi32::<16>(bs));
-        _mm512_madd_epi16(q8s, mm)
-    };
-    let a = prods(y[0], y[1]);
-    let b = prods(y[2], y[3]);
+    let a = _mm512_madd_epi16(a, mm);
+    let b = _mm512_madd_epi16(b, mm);
     let even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     let odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
     _mm512_add_epi32(
@@ -196,17 +242,27 @@ fn mins_quad(mm: __m512i, y: [&BlockQ8K; 4]) -> __m512i {
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) fn dot8_q4_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
     let w: &[BlockQ4K] = as_blocks(w);
-    *out = tile8_q4_k(w, rows_n::<8, BlockQ8K>(&a, w.len()), a.sc8);
+    [*out] = tile8_q4_k([w], rows_n::<8, BlockQ8K>(&a, w.len()), a.sc8);
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn dot8r2_q4_k(w: &[u8], row_bytes: usize, a: ActRows<'_>, out: &mut [[f32; 8]; 2]) {
+    let w: [&[BlockQ4K]; 2] = [
+        as_blocks(&w[..row_bytes]),
+        as_blocks(&w[row_bytes..2 * row_bytes]),
+    ];
+    *out = tile8_q4_k(w, rows_n::<8, BlockQ8K>(&a, w[0].len()), a.sc8);
 }
 
 // ---------------------------------------------------------------- Q6_K × Q8_K
 
 /// A Q6_K block unpacked for the integer sums: its 6-bit values (0..64, unbiased) as four
-/// `zmm` of 64, in activation order, and for each the `i16` scales (one per 16 values, each
-/// filling a 128-bit lane), plus the scales as 16 `i16` lanes for the bias correction.
+/// `zmm` of 64, in activation order, and their `i16` scale pairs for [`sums4`] (one scale per
+/// 16 values, each filling a 128-bit lane of its `zmm`), plus the scales as 16 `i16` lanes
+/// for the bias correction.
 struct Q6K {
     q: [__m512i; 4],
-    sc: [__m512i; 4],
+    scp: [__m512i; 2],
     scales16: __m256i,
     d: f32,
 }
@@ -235,9 +291,9 @@ fn q6k_unpack(x: &BlockQ6K) -> Q6K {
     let s = _mm512_castsi256_si512(scales16);
     Q6K {
         q,
-        sc: std::array::from_fn(|g| {
-            let k = 4 * g as i16;
-            _mm512_permutexvar_epi16(quad_index16(k), s)
+        scp: std::array::from_fn(|p| {
+            let sc = |g: i16| _mm512_permutexvar_epi16(quad_index16(4 * g), s);
+            scale_pairs(sc(2 * p as i16), sc(2 * p as i16 + 1))
         }),
         scales16,
         d: f16_to_f32(x.d),
@@ -262,14 +318,7 @@ fn tile_q6_k<const T: usize>(w: &[BlockQ6K], ys: [&[BlockQ8K]; T]) -> [f32; T] {
     for (i, x) in w.iter().enumerate() {
         let b = q6k_unpack(x);
         let yt: [&BlockQ8K; T] = std::array::from_fn(|t| &ys[t][i]);
-        let mut sumi = [_mm512_setzero_si512(); T];
-        for g in 0..4 {
-            for t in 0..T {
-                let q8 = load512(&yt[t].qs[64 * g..64 * g + 64]);
-                let p = _mm512_maddubs_epi16(b.q[g], q8);
-                sumi[t] = _mm512_dpwssd_epi32(sumi[t], p, b.sc[g]);
-            }
-        }
+        let sumi: [__m512i; T] = std::array::from_fn(|t| sums4(&b.q, &b.scp, &load_q8k(yt[t])));
         for t in 0..T {
             let s = _mm256_sub_epi32(fold_halves(sumi[t]), q6k_bias(b.scales16, yt[t]));
             let d = yt[t].d.get() * b.d;
@@ -290,52 +339,72 @@ pub(crate) fn dot4_q6_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
     *out = tile_q6_k(w, rows_n::<4, BlockQ8K>(&a, w.len()));
 }
 
-/// The 1 × 8 tile of Q6_K with the float steps of tokens `2p`, `2p + 1` in one `zmm` and the
-/// eight tokens' scale products in one 8-lane product, as [`tile8_q4_k`]; each lane sees the
-/// operations of [`tile_q6_k`] in the same order (bit-identical).
+/// The `R` × 8 tile of Q6_K with the float steps of tokens `2p`, `2p + 1` in one `zmm`, the
+/// eight tokens' scale products of a row in one 8-lane product, and each activation vector
+/// loaded once for the `R` rows, as [`tile8_q4_k`]; each lane sees the operations of
+/// [`tile_q6_k`] in the same order (bit-identical).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn tile8_q6_k(w: &[BlockQ6K], ys: [&[BlockQ8K]; 8], yd: &[f32]) -> [f32; 8] {
+fn tile8_q6_k<const R: usize>(
+    w: [&[BlockQ6K]; R],
+    ys: [&[BlockQ8K]; 8],
+    yd: &[f32],
+) -> [[f32; 8]; R] {
+    let nb = ys[0].len();
     for y in ys {
-        assert_eq!(y.len(), w.len());
+        assert_eq!(y.len(), nb);
     }
-    assert!(yd.len() >= 8 * w.len());
-    let mut acc = [_mm512_setzero_ps(); 4];
-    for (i, x) in w.iter().enumerate() {
-        let b = q6k_unpack(x);
+    for x in w {
+        assert_eq!(x.len(), nb);
+    }
+    assert!(yd.len() >= 8 * nb);
+    let mut acc = [[_mm512_setzero_ps(); R]; 4];
+    for i in 0..nb {
+        let b: [Q6K; R] = std::array::from_fn(|r| q6k_unpack(&w[r][i]));
         let yt: [&BlockQ8K; 8] = std::array::from_fn(|t| &ys[t][i]);
-        let mut sumi = [_mm512_setzero_si512(); 8];
-        for g in 0..4 {
-            for t in 0..8 {
-                let q8 = load512(&yt[t].qs[64 * g..64 * g + 64]);
-                let p = _mm512_maddubs_epi16(b.q[g], q8);
-                sumi[t] = _mm512_dpwssd_epi32(sumi[t], p, b.sc[g]);
-            }
-        }
-        let dv = _mm512_castps256_ps512(_mm256_mul_ps(
-            load_f32x8(&yd[8 * i..8 * i + 8]),
-            _mm256_set1_ps(b.d),
-        ));
-        let sc = _mm512_broadcast_i64x4(b.scales16);
+        let ydv = load_f32x8(&yd[8 * i..8 * i + 8]);
+        let dv: [__m512; R] = std::array::from_fn(|r| {
+            _mm512_castps256_ps512(_mm256_mul_ps(ydv, _mm256_set1_ps(b[r].d)))
+        });
+        let sc: [__m512i; R] = std::array::from_fn(|r| _mm512_broadcast_i64x4(b[r].scales16));
         for (p, acc) in acc.iter_mut().enumerate() {
             let (t0, t1) = (2 * p, 2 * p + 1);
-            let bias =
-                _mm512_slli_epi32::<5>(_mm512_madd_epi16(join32(&yt[t0].bsums, &yt[t1].bsums), sc));
-            let s = _mm512_sub_epi32(fold_pair(sumi[t0], sumi[t1]), bias);
-            let d = _mm512_permutexvar_ps(pair_index32(t0 as i32, t1 as i32), dv);
-            *acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), *acc);
+            let (ya, yb) = (load_q8k(yt[t0]), load_q8k(yt[t1]));
+            let bs = join32(&yt[t0].bsums, &yt[t1].bsums);
+            let idx = pair_index32(t0 as i32, t1 as i32);
+            for r in 0..R {
+                let bias = _mm512_slli_epi32::<5>(_mm512_madd_epi16(bs, sc[r]));
+                let s = fold_pair(
+                    sums4(&b[r].q, &b[r].scp, &ya),
+                    sums4(&b[r].q, &b[r].scp, &yb),
+                );
+                let s = _mm512_sub_epi32(s, bias);
+                let d = _mm512_permutexvar_ps(idx, dv[r]);
+                acc[r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[r]);
+            }
         }
     }
-    std::array::from_fn(|t| {
-        let (lo, hi) = halves_ps(acc[t / 2]);
-        hsum_f32x8(if t % 2 == 0 { lo } else { hi })
+    std::array::from_fn(|r| {
+        std::array::from_fn(|t| {
+            let (lo, hi) = halves_ps(acc[t / 2][r]);
+            hsum_f32x8(if t % 2 == 0 { lo } else { hi })
+        })
     })
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) fn dot8_q6_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
     let w: &[BlockQ6K] = as_blocks(w);
-    *out = tile8_q6_k(w, rows_n::<8, BlockQ8K>(&a, w.len()), a.sc8);
+    [*out] = tile8_q6_k([w], rows_n::<8, BlockQ8K>(&a, w.len()), a.sc8);
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn dot8r2_q6_k(w: &[u8], row_bytes: usize, a: ActRows<'_>, out: &mut [[f32; 8]; 2]) {
+    let w: [&[BlockQ6K]; 2] = [
+        as_blocks(&w[..row_bytes]),
+        as_blocks(&w[row_bytes..2 * row_bytes]),
+    ];
+    *out = tile8_q6_k(w, rows_n::<8, BlockQ8K>(&a, w[0].len()), a.sc8);
 }
 
 // ---------------------------------------------------------------- Q5_K × Q8_K
@@ -361,8 +430,9 @@ fn q5k_unpack(x: &BlockQ5K) -> Q4K {
             let hi = _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srlv_epi16(hbits, n), one));
             _mm512_or_si512(lo, hi)
         }),
-        sc: std::array::from_fn(|j| {
-            _mm512_permutexvar_epi16(pair_index16(2 * j as i16, 2 * j as i16 + 1), sc16)
+        scp: std::array::from_fn(|p| {
+            let sc = |j: i16| _mm512_permutexvar_epi16(pair_index16(2 * j, 2 * j + 1), sc16);
+            scale_pairs(sc(2 * p as i16), sc(2 * p as i16 + 1))
         }),
         d: _mm_cvtss_f32(dm),
         dmin: _mm_cvtss_f32(_mm_movehdup_ps(dm)),
@@ -392,14 +462,7 @@ fn tile_q5_k<const T: usize>(w: &[BlockQ5K], ys: [&[BlockQ8K]; T]) -> [f32; T] {
     for (i, x) in w.iter().enumerate() {
         let b = q5k_unpack(x);
         let yt: [&BlockQ8K; T] = std::array::from_fn(|t| &ys[t][i]);
-        let mut sumi = [_mm512_setzero_si512(); T];
-        for j in 0..4 {
-            for t in 0..T {
-                let q8 = load512(&yt[t].qs[64 * j..64 * j + 64]);
-                let p = _mm512_maddubs_epi16(b.q[j], q8);
-                sumi[t] = _mm512_dpwssd_epi32(sumi[t], p, b.sc[j]);
-            }
-        }
+        let sumi: [__m512i; T] = std::array::from_fn(|t| sums4(&b.q, &b.scp, &load_q8k(yt[t])));
         for t in 0..T {
             let yd = yt[t].d.get();
             let d = yd * b.d;

@@ -19,6 +19,7 @@ pub(crate) const fn table(parent: Kernels) -> Kernels {
     // Only kernels measured faster than the AVX2 ones they replace (docs/kernels.md).
     k.set_dot4(Q4_K, kquants::dot4_q4_k);
     k.set_dot8(Q4_K, kquants::dot8_q4_k);
+    k.set_dot8r2(Q4_K, kquants::dot8r2_q4_k);
     k.set_dot4(Q5_K, kquants::dot4_q5_k);
     k.set_dot8(Q5_K, kquants::dot8_q5_k);
     k.set_dots(
@@ -28,6 +29,7 @@ pub(crate) const fn table(parent: Kernels) -> Kernels {
         kquants::dot4_q6_k,
     );
     k.set_dot8(Q6_K, kquants::dot8_q6_k);
+    k.set_dot8r2(Q6_K, kquants::dot8r2_q6_k);
     k.set_dot8(Q8_0, legacy::dot8_q8_0);
     k.set_dot8(Q4_1, legacy::dot8_q4_1);
     // Q4_0 and Q5_0 keep AVX2's row unpackers; the eight-token kernel over them is new.

@@ -72,6 +72,21 @@ pub(crate) fn fold_pair(a: __m512i, b: __m512i) -> __m512i {
     )
 }
 
+/// The low `i16` of each `i32` lane of `a` and of `b` side by side: lane `k` holds `a[k]`'s
+/// in its lower half and `b[k]`'s in its upper (exact for values that fit an `i16`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn lo16_pairs(a: __m512i, b: __m512i) -> __m512i {
+    _mm512_mask_blend_epi16(0xAAAA_AAAA, a, _mm512_slli_epi32::<16>(b))
+}
+
+/// `i16` lanes: the even ones from `a`, the odd ones from `b`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn scale_pairs(a: __m512i, b: __m512i) -> __m512i {
+    _mm512_mask_blend_epi16(0xAAAA_AAAA, a, b)
+}
+
 /// 128-bit lane `q` (0..4) of a `zmm` of floats.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
