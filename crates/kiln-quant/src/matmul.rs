@@ -584,7 +584,7 @@ impl MatmulGroup<'_> {
 pub const GROUP_ROW_ALIGN: usize = 8;
 
 /// Grouped tasks per thread (claimed dynamically: a late thread delays the call by one).
-const GROUPED_TASKS_PER_THREAD: usize = 4;
+const GROUPED_TASKS_PER_THREAD: usize = 8;
 
 /// Several matrices over parts of one set of prepared activation rows (a mixture-of-experts
 /// layer: each expert's matrix over its tokens' rows) in **one** parallel region: the work
@@ -638,7 +638,11 @@ pub fn matmul_grouped_with<const N: usize>(
             g.n,
             g.first
         );
-        assert!(g.out < N, "matmul_grouped: group {i} writes output {} of {N}", g.out);
+        assert!(
+            g.out < N,
+            "matmul_grouped: group {i} writes output {} of {N}",
+            g.out
+        );
         let (o0, o1) = (g.out_row * g.w.rows, (g.out_row + g.n) * g.w.rows);
         assert!(
             o0 >= ends[g.out] && o1 <= outs[g.out].len(),

@@ -427,7 +427,11 @@ pub(crate) fn forward(
         // The shared expert prepared its own activations since the router's.
         s.mm.prepare(x, 1, d);
     }
-    matmul_grouped(&gu, &mut s.mm, [&mut s.up[..rows * f], &mut s.gate[..rows * f]]);
+    matmul_grouped(
+        &gu,
+        &mut s.mm,
+        [&mut s.up[..rows * f], &mut s.gate[..rows * f]],
+    );
     let mut end = 0;
     for &e in &s.run {
         let (r0, r1) = (s.start[e as usize] as usize, s.cursor[e as usize] as usize);
