@@ -61,7 +61,10 @@ pub use kernels::{
     KernelImpl, active_isa, available_isas, kernels, kernels_for, select_isa, try_active_isa,
 };
 pub use kiln_format::GgmlType;
-pub use matmul::{MatmulScratch, QMatrix, matmul, matmul_prepared, matmul_prepared_with};
+pub use matmul::{
+    GROUP_ROW_ALIGN, MatmulGroup, MatmulScratch, QMatrix, matmul, matmul_grouped,
+    matmul_grouped_with, matmul_prepared, matmul_prepared_with,
+};
 pub use quantize::{quantize_row, quantize_types};
 pub use table::Kernels;
 

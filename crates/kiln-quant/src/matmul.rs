@@ -125,6 +125,9 @@ pub struct MatmulScratch {
     /// eight-token micro-kernels; whole groups only.
     scales8: [Vec<f32>; AType::COUNT],
     ready: [bool; AType::COUNT],
+    /// [`matmul_grouped`]'s task plan: per group, the end of its task range and its rows per
+    /// task.
+    group_tasks: Vec<(usize, usize)>,
 }
 
 /// Below this many elements, activations are converted on the calling thread.
@@ -148,6 +151,21 @@ impl MatmulScratch {
         self.n_tokens = n_tokens;
         self.cols = cols;
         self.ready = [false; AType::COUNT];
+    }
+
+    /// The prepared rows already converted to `a` by [`MatmulScratch::act_rows`], as
+    /// [`ActRows`] over all of them.
+    fn rows_of(&self, a: AType) -> ActRows<'_> {
+        let i = a as usize;
+        debug_assert!(self.ready[i]);
+        let n_sc = act_scale_count(a, self.cols / a.ggml().block_elems());
+        ActRows {
+            a: &self.acts[i],
+            stride: a.row_bytes(self.cols),
+            sc: &self.scales[i],
+            sc_stride: n_sc.max(1),
+            sc8: &self.scales8[i],
+        }
     }
 
     /// The prepared rows converted to `a` (converting them now if needed), their widened
@@ -280,32 +298,10 @@ const GEMV_TASKS_PER_THREAD: usize = 4;
 const GEMV_MIN_ROWS: usize = 16;
 
 fn gemv(wk: &WeightKernels, w: &QMatrix, a: &[u8], y: &mut [f32]) {
-    let (dot, dotr4) = (wk.dot.f, wk.dotr4.f);
-    let rb = w.row_bytes;
-    let run = |r0: usize, ys: &mut [f32]| {
-        let mut quads = ys.chunks_exact_mut(4);
-        let mut r = r0;
-        for q in &mut quads {
-            // The kernels prefetch the row quads ahead of this one themselves, spread over
-            // their block steps (a burst of prefetches here did not help: the hardware
-            // prefetchers lose track of four interleaved row streams).
-            let mut o = [0.0f32; 4];
-            // SAFETY: `wk` comes from a `Kernels` for an ISA this CPU supports; the slice is
-            // four whole rows `rb` apart and `a` one activation row of the matching length.
-            unsafe { dotr4(&w.data[r * rb..(r + 4) * rb], rb, a, &mut o) };
-            q.copy_from_slice(&o);
-            r += 4;
-        }
-        for o in quads.into_remainder() {
-            // SAFETY: as above, one row.
-            *o = unsafe { dot(w.row(r), a) };
-            r += 1;
-        }
-    };
     let p = pool::current();
     let threads = p.n_threads();
     if threads <= 1 || w.data.len() < GEMV_PAR_MIN_BYTES || w.rows < 2 * GEMV_MIN_ROWS {
-        run(0, y);
+        gemv_rows(wk, w, a, 0, y);
         return;
     }
     // A few contiguous chunks per thread (multiples of 4 rows), claimed dynamically, so a
@@ -319,8 +315,32 @@ fn gemv(wk: &WeightKernels, w: &QMatrix, a: &[u8], y: &mut [f32]) {
     p.run(w.rows.div_ceil(chunk), &|c| {
         let (r0, r1) = (c * chunk, ((c + 1) * chunk).min(w.rows));
         // SAFETY: task `c` alone writes rows r0..r1.
-        run(r0, unsafe { out.slice(r0..r1) });
+        gemv_rows(wk, w, a, r0, unsafe { out.slice(r0..r1) });
     });
+}
+
+/// Rows `r0 .. r0 + ys.len()` of `w` times the activation row `a`, on the calling thread.
+fn gemv_rows(wk: &WeightKernels, w: &QMatrix, a: &[u8], r0: usize, ys: &mut [f32]) {
+    let (dot, dotr4) = (wk.dot.f, wk.dotr4.f);
+    let rb = w.row_bytes;
+    let mut quads = ys.chunks_exact_mut(4);
+    let mut r = r0;
+    for q in &mut quads {
+        // The kernels prefetch the row quads ahead of this one themselves, spread over
+        // their block steps (a burst of prefetches here did not help: the hardware
+        // prefetchers lose track of four interleaved row streams).
+        let mut o = [0.0f32; 4];
+        // SAFETY: `wk` comes from a `Kernels` for an ISA this CPU supports; the slice is
+        // four whole rows `rb` apart and `a` one activation row of the matching length.
+        unsafe { dotr4(&w.data[r * rb..(r + 4) * rb], rb, a, &mut o) };
+        q.copy_from_slice(&o);
+        r += 4;
+    }
+    for o in quads.into_remainder() {
+        // SAFETY: as above, one row.
+        *o = unsafe { dot(w.row(r), a) };
+        r += 1;
+    }
 }
 
 /// Weight bytes of a GEMM row block (after unpacking, for types unpacked per row block): the
@@ -349,6 +369,17 @@ impl<T> SharedOut<T> {
         SharedOut {
             ptr: v.as_mut_ptr(),
             len: v.len(),
+        }
+    }
+
+    /// The `len` elements from `start` as a buffer of their own (indices relative to
+    /// `start`); the same contract applies to the view.
+    fn sub(&self, start: usize, len: usize) -> SharedOut<T> {
+        assert!(start <= self.len && len <= self.len - start);
+        SharedOut {
+            // SAFETY: in bounds (asserted).
+            ptr: unsafe { self.ptr.add(start) },
+            len,
         }
     }
 
@@ -542,4 +573,190 @@ unsafe fn gemm_tile(
         }
         rb = re;
     }
+}
+
+/// One matrix of a [`matmul_grouped`] call: `w` times the `n` prepared activation rows from
+/// `first`, into rows `out_row .. out_row + n` (each `w.rows()` values) of output `out`.
+#[derive(Clone, Copy, Debug)]
+pub struct MatmulGroup<'a> {
+    pub w: QMatrix<'a>,
+    pub first: usize,
+    pub n: usize,
+    pub out: usize,
+    pub out_row: usize,
+}
+
+impl MatmulGroup<'_> {
+    /// `v` emptied with its allocation kept, as a list of groups of another lifetime: a
+    /// caller keeps one list in its scratch between calls, whose matrices it borrows anew
+    /// each time, and allocates nothing once it has grown.
+    pub fn recycle<'b>(v: Vec<MatmulGroup<'_>>) -> Vec<MatmulGroup<'b>> {
+        let mut v = std::mem::ManuallyDrop::new(v);
+        v.clear();
+        let (ptr, cap) = (v.as_mut_ptr(), v.capacity());
+        // SAFETY: the allocation came from a `Vec` of the same type up to a lifetime (same
+        // layout), with the same capacity; the length is 0, so no value of the old lifetime
+        // survives, and `v` is never dropped.
+        unsafe { Vec::from_raw_parts(ptr.cast::<MatmulGroup<'b>>(), 0, cap) }
+    }
+}
+
+/// Rows of prepared activations a group of eight or more starts on a multiple of (the
+/// eight-token kernels take the block scales of eight rows interleaved, in the prepared
+/// rows' groups of eight).
+pub const GROUP_ROW_ALIGN: usize = 8;
+
+/// Grouped tasks per thread (claimed dynamically: a late thread delays the call by one).
+const GROUPED_TASKS_PER_THREAD: usize = 8;
+
+/// Several matrices over parts of one set of prepared activation rows (a mixture-of-experts
+/// layer: each expert's matrix over its tokens' rows) in **one** parallel region: the work
+/// items are (group, chunk of rows), each over all of its group's activation rows, so each
+/// weight row is read once per call (weight-stationary, as [`matmul`]) and the threads meet
+/// once per call rather than once per matrix. Each output element is one call of a dot
+/// kernel, bit-identical to [`matmul`] on the same matrix and rows, whatever the grouping or
+/// the number of threads.
+///
+/// Activations are converted once per activation type, as for [`matmul_prepared`], however
+/// many groups read a row (a decode step's experts all read the same row).
+///
+/// # Panics
+/// If a group's `w.cols()` differs from the prepared `cols`, its rows are not within the
+/// prepared rows, a group of [`GROUP_ROW_ALIGN`] or more rows does not start on a multiple
+/// of it, its `out` is not an index of `outs` or its output rows do not fit there, or two
+/// groups writing one output are not in ascending order of disjoint output rows.
+pub fn matmul_grouped<const N: usize>(
+    groups: &[MatmulGroup<'_>],
+    scratch: &mut MatmulScratch,
+    outs: [&mut [f32]; N],
+) {
+    matmul_grouped_with(kernels(), groups, scratch, outs)
+}
+
+/// [`matmul_grouped`] with the kernels of a specific ISA (tests, benchmarks).
+pub fn matmul_grouped_with<const N: usize>(
+    k: &Kernels,
+    groups: &[MatmulGroup<'_>],
+    scratch: &mut MatmulScratch,
+    outs: [&mut [f32]; N],
+) {
+    let mut ends = [0usize; N];
+    for (i, g) in groups.iter().enumerate() {
+        assert_eq!(
+            g.w.cols, scratch.cols,
+            "matmul_grouped: group {i}'s matrix has {} columns, prepared activations {}",
+            g.w.cols, scratch.cols
+        );
+        assert!(
+            g.first <= scratch.n_tokens && g.n <= scratch.n_tokens - g.first,
+            "matmul_grouped: group {i}'s rows {}..{} are not within the {} prepared rows",
+            g.first,
+            g.first + g.n,
+            scratch.n_tokens
+        );
+        assert!(
+            g.n < GROUP_ROW_ALIGN || g.first.is_multiple_of(GROUP_ROW_ALIGN),
+            "matmul_grouped: group {i} of {} rows starts at row {}, not a multiple of \
+             {GROUP_ROW_ALIGN}",
+            g.n,
+            g.first
+        );
+        assert!(
+            g.out < N,
+            "matmul_grouped: group {i} writes output {} of {N}",
+            g.out
+        );
+        let (o0, o1) = (g.out_row * g.w.rows, (g.out_row + g.n) * g.w.rows);
+        assert!(
+            o0 >= ends[g.out] && o1 <= outs[g.out].len(),
+            "matmul_grouped: group {i}'s output values {o0}..{o1} overlap an earlier group's \
+             (which end at {}) or pass the end of output {} ({} values)",
+            ends[g.out],
+            g.out,
+            outs[g.out].len()
+        );
+        if g.n > 0 {
+            ends[g.out] = o1;
+        }
+    }
+    for g in groups {
+        // Converts the rows, once per activation type.
+        scratch.act_rows(k, g.w.wt.act());
+    }
+
+    // The plan: each group's rows cut into chunks so that there are a few tasks per thread
+    // overall and none smaller than GEMV_MIN_ROWS rows (but at least one task per group).
+    let threads = pool::current().n_threads();
+    let work = |g: &MatmulGroup| g.n as u128 * g.w.data.len() as u128;
+    let total = groups.iter().map(work).sum::<u128>();
+    let per_task = (total / (GROUPED_TASKS_PER_THREAD * threads) as u128).max(1);
+    let mut plan = std::mem::take(&mut scratch.group_tasks);
+    plan.clear();
+    let mut n_tasks = 0;
+    for g in groups {
+        let rows = g.w.rows;
+        let tasks = if g.n == 0 || rows == 0 {
+            0
+        } else if threads <= 1 {
+            1
+        } else {
+            let want = work(g).div_ceil(per_task).min(rows as u128) as usize;
+            want.clamp(1, rows.div_ceil(GEMV_MIN_ROWS))
+        };
+        let rc = if tasks == 0 {
+            1
+        } else {
+            rows.div_ceil(tasks).next_multiple_of(4)
+        };
+        n_tasks += if tasks == 0 { 0 } else { rows.div_ceil(rc) };
+        plan.push((n_tasks, rc));
+    }
+
+    let mut views = [None; AType::COUNT];
+    for g in groups {
+        let at = g.w.wt.act();
+        views[at as usize].get_or_insert_with(|| scratch.rows_of(at));
+    }
+    let outs = outs.map(SharedOut::new);
+    let task = |i: usize| {
+        let gi = plan.partition_point(|&(end, _)| end <= i);
+        let g = &groups[gi];
+        let (end, rc) = plan[gi];
+        let first_task = end - g.w.rows.div_ceil(rc);
+        let r0 = (i - first_task) * rc;
+        let r1 = (r0 + rc).min(g.w.rows);
+        let at = g.w.wt.act();
+        let Some(a) = views[at as usize] else {
+            unreachable!("every group's activation type was converted above")
+        };
+        let wk = k.weight(g.w.wt);
+        let out = outs[g.out].sub(g.out_row * g.w.rows, g.n * g.w.rows);
+        if g.n == 1 {
+            let row = &a.a[g.first * a.stride..(g.first + 1) * a.stride];
+            // SAFETY: task `i` alone writes rows r0..r1 of this group's one output row
+            // (groups' output rows are disjoint, checked above).
+            gemv_rows(wk, &g.w, row, r0, unsafe { out.slice(r0..r1) });
+        } else {
+            let sc8_from = (g.first * a.sc_stride).min(a.sc8.len());
+            let ag = ActRows {
+                a: &a.a[g.first * a.stride..(g.first + g.n) * a.stride],
+                stride: a.stride,
+                sc: &a.sc[g.first * a.sc_stride..(g.first + g.n) * a.sc_stride],
+                sc_stride: a.sc_stride,
+                // The group starts on a group of eight interleaved rows when it has eight
+                // or more (checked above).
+                sc8: &a.sc8[sc8_from..],
+            };
+            // SAFETY: task `i` alone writes rows r0..r1 of this group's output rows (as
+            // above), all of its tokens.
+            unsafe { gemm_tile(wk, &g.w, ag, (0, g.n), (r0, r1), &out) };
+        }
+    };
+    let p = pool::current();
+    if threads <= 1 || n_tasks <= 1 {
+        (0..n_tasks).for_each(task);
+    } else {
+        p.run(n_tasks, &task);
+    }
+    scratch.group_tasks = plan;
 }

@@ -44,6 +44,11 @@ pub struct SynthArgs {
     /// Write the file even if it exists.
     #[arg(long)]
     pub force: bool,
+    /// Keep only the first N layers (every width as the real model): a shape whose whole
+    /// file does not fit beside everything else, measured per layer. The default file name
+    /// gains `-<N>l`.
+    #[arg(long)]
+    pub layers: Option<u64>,
 }
 
 fn bad(message: String) -> XtaskError {
@@ -84,9 +89,34 @@ pub fn default_path(shape: &Shape, mix: Mix) -> PathBuf {
         .join(format!("{}-{}.gguf", shape.name, mix.name()))
 }
 
+/// `shape` cut to its first `layers` layers, or an error naming the range allowed.
+pub fn with_layers(shape: &Shape, layers: u64) -> Result<Shape, XtaskError> {
+    if layers == 0 || layers > shape.n_layer {
+        return Err(bad(format!(
+            "--layers {layers}: {} has {} layers; give 1 to {}",
+            shape.name, shape.n_layer, shape.n_layer
+        )));
+    }
+    Ok(Shape {
+        n_layer: layers,
+        ..*shape
+    })
+}
+
 pub fn run(a: &SynthArgs) -> Result<(), XtaskError> {
-    let (shape, mix) = lookup(&a.shape, &a.mix)?;
-    let path = a.output.clone().unwrap_or_else(|| default_path(shape, mix));
+    let (full, mix) = lookup(&a.shape, &a.mix)?;
+    let shape = match a.layers {
+        Some(n) => &with_layers(full, n)?,
+        None => full,
+    };
+    let path = a.output.clone().unwrap_or_else(|| match a.layers {
+        Some(n) => kiln_hub::cache_dir().join("synth").join(format!(
+            "{}-{n}l-{}.gguf",
+            shape.name,
+            mix.name()
+        )),
+        None => default_path(shape, mix),
+    });
     if path.exists() && !a.force {
         println!("{} exists (--force to write it again)", path.display());
         return Ok(());

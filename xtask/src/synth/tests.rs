@@ -293,3 +293,18 @@ fn unknown_shapes_and_mixes_are_refused_with_the_known_names() {
         "mix names ignore case"
     );
 }
+
+#[test]
+fn a_layer_count_keeps_the_widths_and_is_refused_outside_the_models_layers() {
+    let q3 = shapes::shape("qwen3-30b-a3b").unwrap();
+    let cut = with_layers(q3, 6).expect("6 of 48 layers");
+    assert_eq!(cut.n_layer, 6);
+    assert_eq!(Shape { n_layer: 48, ..cut }, *q3);
+    let plans = plan(&cut, Mix::Q4KM, 151_936);
+    assert!(plans.iter().any(|p| p.name == "blk.5.ffn_down_exps.weight"));
+    assert!(!plans.iter().any(|p| p.name.starts_with("blk.6.")));
+    for bad in [0, 49] {
+        let e = with_layers(q3, bad).unwrap_err().to_string();
+        assert!(e.contains("has 48 layers; give 1 to 48"), "{bad}: {e}");
+    }
+}

@@ -27,7 +27,9 @@ pub mod router;
 #[cfg(test)]
 mod tests;
 
-use kiln_quant::{MatmulScratch, QMatrix, matmul_prepared};
+use kiln_quant::{
+    GROUP_ROW_ALIGN, MatmulGroup, MatmulScratch, QMatrix, matmul_grouped, matmul_prepared,
+};
 
 use crate::ModelError;
 use crate::blocks::act::{activation_inplace, gated_activation, silu};
@@ -254,7 +256,12 @@ pub(crate) struct MoeScratch {
     cursor: Vec<u32>,
     /// The experts run in the last step, ascending.
     run: Vec<u32>,
-    /// Grouped inputs (`n·k × n_embd`), expert by expert, each expert's tokens in order.
+    /// The grouped matmuls of the last step: gate and up, then down (kept for their
+    /// allocation; see [`MatmulGroup::recycle`]).
+    gate_up: Vec<MatmulGroup<'static>>,
+    down: Vec<MatmulGroup<'static>>,
+    /// Grouped inputs (`n·k × n_embd` and the skipped rows), expert by expert, each
+    /// expert's tokens in order.
     xg: Vec<f32>,
     /// Grouped gate and up outputs (`n·k × n_ff_exp`).
     gate: Vec<f32>,
@@ -336,60 +343,112 @@ pub(crate) fn forward(
     let shared = shared_expert(w, cfg, act, n, d, s)?;
 
     // Group the (token, slot) pairs by expert: a counting sort, tokens ascending within
-    // each expert.
+    // each expert. An expert with GROUP_ROW_ALIGN or more tokens starts on a multiple of it
+    // (the grouped matmul's eight-token kernels need that); the rows skipped are zeros.
     s.start.clear();
     s.start.resize(ne + 1, 0);
     for &e in &s.sel[..n * k] {
         s.start[e as usize + 1] += 1;
     }
+    let mut row = 0usize;
     for e in 0..ne {
-        s.start[e + 1] += s.start[e];
+        let c = s.start[e + 1] as usize;
+        if c >= GROUP_ROW_ALIGN {
+            row = row.next_multiple_of(GROUP_ROW_ALIGN);
+        }
+        s.start[e] = row as u32;
+        row += c;
     }
+    s.start[ne] = row as u32;
+    let rows = row;
     s.cursor.clear();
     s.cursor.extend_from_slice(&s.start[..ne]);
-    let rows = n * k;
-    grow(&mut s.xg, rows * d);
     for t in 0..n {
         for j in 0..k {
             let e = s.sel[t * k + j] as usize;
-            let r = s.cursor[e] as usize;
+            s.pos[t * k + j] = s.cursor[e];
             s.cursor[e] += 1;
-            s.pos[t * k + j] = r as u32;
-            s.xg[r * d..(r + 1) * d].copy_from_slice(&x[t * d..(t + 1) * d]);
         }
     }
+    // `cursor[e]` is now the end of expert e's rows.
+    s.run.extend(
+        (0..ne)
+            .filter(|&e| s.cursor[e] > s.start[e])
+            .map(|e| e as u32),
+    );
 
-    // One matmul per projection per chosen expert, over all of its tokens.
+    // Each chosen expert's matrices, looked up once, as groups over its rows. A decode step
+    // (one token) multiplies its one prepared row by every chosen expert; a batch gathers
+    // each expert's tokens' rows.
+    let mut gu = MatmulGroup::recycle(std::mem::take(&mut s.gate_up));
+    let mut dn = MatmulGroup::recycle(std::mem::take(&mut s.down));
+    for &e in &s.run {
+        let e = e as usize;
+        let (r0, c) = (s.start[e] as usize, (s.cursor[e] - s.start[e]) as usize);
+        let missing = || ModelError::InvalidConfig(format!("expert {e} has no weights"));
+        let first = if n == 1 { 0 } else { r0 };
+        let group = |w, out| MatmulGroup {
+            w,
+            first,
+            n: c,
+            out,
+            out_row: r0,
+        };
+        gu.push(group(w.expert(Proj::Up, e)?.ok_or_else(missing)?, 0));
+        if let Some(g) = w.expert(Proj::Gate, e)? {
+            gu.push(group(g, 1));
+        }
+        dn.push(MatmulGroup {
+            first: r0,
+            ..group(w.expert(Proj::Down, e)?.ok_or_else(missing)?, 0)
+        });
+    }
+    let gated = gu.len() > dn.len();
+
     grow(&mut s.up, rows * f);
     grow(&mut s.gate, rows * f);
     grow(&mut s.yg, rows * d);
-    for e in 0..ne {
-        let (r0, r1) = (s.start[e] as usize, s.start[e + 1] as usize);
-        if r0 == r1 {
-            continue;
+    if n > 1 {
+        grow(&mut s.xg, rows * d);
+        let mut end = 0;
+        for &e in &s.run {
+            let (r0, r1) = (s.start[e as usize] as usize, s.cursor[e as usize] as usize);
+            s.xg[end * d..r0 * d].fill(0.0);
+            end = r1;
         }
-        s.run.push(e as u32);
-        let c = r1 - r0;
-        let missing = || ModelError::InvalidConfig(format!("expert {e} has no weights"));
-        s.mm.prepare(&s.xg[r0 * d..r1 * d], c, d);
-        let up = &mut s.up[r0 * f..r1 * f];
-        matmul_prepared(&w.expert(Proj::Up, e)?.ok_or_else(missing)?, &mut s.mm, up);
-        let a = match w.expert(Proj::Gate, e)? {
-            Some(g) => {
-                let gate = &mut s.gate[r0 * f..r1 * f];
-                matmul_prepared(&g, &mut s.mm, gate);
-                gated_activation(gate, up, act);
-                &s.gate[r0 * f..r1 * f]
+        for t in 0..n {
+            for j in 0..k {
+                let r = s.pos[t * k + j] as usize;
+                s.xg[r * d..(r + 1) * d].copy_from_slice(&x[t * d..(t + 1) * d]);
             }
-            None => {
-                activation_inplace(up, act);
-                &s.up[r0 * f..r1 * f]
-            }
-        };
-        s.mm.prepare(a, c, f);
-        let down = w.expert(Proj::Down, e)?.ok_or_else(missing)?;
-        matmul_prepared(&down, &mut s.mm, &mut s.yg[r0 * d..r1 * d]);
+        }
+        s.mm.prepare(&s.xg[..rows * d], rows, d);
+    } else {
+        // The shared expert prepared its own activations since the router's.
+        s.mm.prepare(x, 1, d);
     }
+    matmul_grouped(
+        &gu,
+        &mut s.mm,
+        [&mut s.up[..rows * f], &mut s.gate[..rows * f]],
+    );
+    let mut end = 0;
+    for &e in &s.run {
+        let (r0, r1) = (s.start[e as usize] as usize, s.cursor[e as usize] as usize);
+        if gated {
+            s.gate[end * f..r0 * f].fill(0.0);
+            gated_activation(&mut s.gate[r0 * f..r1 * f], &s.up[r0 * f..r1 * f], act);
+        } else {
+            s.up[end * f..r0 * f].fill(0.0);
+            activation_inplace(&mut s.up[r0 * f..r1 * f], act);
+        }
+        end = r1;
+    }
+    let a = if gated { &s.gate } else { &s.up };
+    s.mm.prepare(&a[..rows * f], rows, f);
+    matmul_grouped(&dn, &mut s.mm, [&mut s.yg[..rows * d]]);
+    s.gate_up = MatmulGroup::recycle(gu);
+    s.down = MatmulGroup::recycle(dn);
 
     // Weighted sum per token in slot order, then the shared expert.
     for t in 0..n {
