@@ -6,7 +6,7 @@
 //! the measured drafting time per drafted token `d`, and the recent acceptance rate `p`.
 //! A draft of `k` tokens emits `1 + p + … + p^k` tokens in expectation for
 //! `t1 + k * (s + d)`; plain decoding emits one per `t1`. The draft length is the `k` (up to
-//! the current bound) with the best expected rate, and drafting pauses briefly when even
+//! the current bound) with the best expected rate, and drafting pauses for a few steps when even
 //! that is slower than plain decoding. Below an acceptance floor ([`DraftLength::MIN_RATE`])
 //! drafting pauses for longer each time, whatever the timings.
 
