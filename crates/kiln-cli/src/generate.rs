@@ -99,6 +99,12 @@ struct SpecOut {
     mean_accepted_length: f64,
     /// Target passes (one per emitted token without speculation).
     passes: u64,
+    /// Where the generation time went, in milliseconds: drafting, the target's scoring
+    /// passes, choosing tokens from their logits, cutting rejected positions.
+    draft_ms: f64,
+    verify_ms: f64,
+    sample_ms: f64,
+    rollback_ms: f64,
 }
 
 pub fn run(args: GenerateArgs) -> Result<(), CliError> {
@@ -306,6 +312,10 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
                     acceptance_rate: st.acceptance_rate(),
                     mean_accepted_length: st.mean_accepted_length(),
                     passes,
+                    draft_ms: st.draft_time.as_secs_f64() * 1e3,
+                    verify_ms: st.verify_time.as_secs_f64() * 1e3,
+                    sample_ms: st.sample_time.as_secs_f64() * 1e3,
+                    rollback_ms: st.rollback_time.as_secs_f64() * 1e3,
                 }
             }),
         };
@@ -331,6 +341,10 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
                 eprintln!(
                     "speculative ({}): drafted {}, accepted {} ({:.1}%), mean accepted length {:.2}, {} target passes for {} tokens",
                     sp.method, sp.drafted, sp.accepted, 100.0 * sp.acceptance_rate, sp.mean_accepted_length, sp.passes, timings.predicted_n
+                );
+                eprintln!(
+                    "speculative time: draft {:.0} ms, verify {:.0} ms, sample {:.0} ms, rollback {:.1} ms",
+                    sp.draft_ms, sp.verify_ms, sp.sample_ms, sp.rollback_ms
                 );
             }
             if mask.steps > 0 {

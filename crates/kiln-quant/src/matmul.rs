@@ -173,23 +173,45 @@ impl MatmulScratch {
     /// interleaved by groups of eight rows.
     fn act_rows(&mut self, k: &Kernels, a: AType) -> (&[u8], &[f32], usize, &[f32]) {
         let i = a as usize;
-        let n_sc = act_scale_count(a, self.cols / a.ggml().block_elems());
+        // Float activations are widened for the GEMM micro-kernels only: one token's GEMV
+        // reads them as they are.
+        let float = matches!(a, AType::F16 | AType::BF16);
+        let n_sc = if float && self.n_tokens == 1 {
+            0
+        } else {
+            act_scale_count(a, self.cols / a.ggml().block_elems())
+        };
         // One slot per row at least, so rows and scale rows zip one to one.
         let sc_stride = n_sc.max(1);
         if !self.ready[i] {
             let rb = a.row_bytes(self.cols);
+            let (n, n_rows) = (self.n_tokens, padded_rows(self.n_tokens));
             let buf = &mut self.acts[i];
-            buf.resize(self.n_tokens * rb, 0);
+            buf.resize(n_rows * rb, 0);
+            buf[n * rb..].fill(0);
             let sc = &mut self.scales[i];
-            sc.resize(self.n_tokens * sc_stride, 0.0);
+            sc.resize(n_rows * sc_stride, 0.0);
+            sc[n * sc_stride..].fill(0.0);
             let f = k.act[i].f;
+            // The widening of a float activation row: the table's dequantizer of that type
+            // (exact, as `act_scales`).
+            let widen = match a {
+                AType::F16 => Some(k.weight(WType::F16).dequant.f),
+                AType::BF16 => Some(k.weight(WType::BF16).dequant.f),
+                _ => None,
+            };
             let cols = self.cols;
             let convert = |((dst, src), sc): ((&mut [u8], &[f32]), &mut [f32])| {
                 // SAFETY: `k` exists only for an ISA this CPU supports; `src` has `cols`
                 // values (a whole number of blocks: a weight type's block size is a multiple
                 // of its activation type's) and `dst` is one row of `rb` bytes.
                 unsafe { f(src, dst) };
-                act_scales(a, dst, &mut sc[..n_sc]);
+                match widen {
+                    // SAFETY: as above; `dst` holds `n_sc` float values of `a`.
+                    Some(w) if n_sc > 0 => unsafe { w(dst, &mut sc[..n_sc]) },
+                    Some(_) => {}
+                    None => act_scales(a, dst, &mut sc[..n_sc]),
+                }
             };
             if rb > 0 && cols > 0 {
                 let n_tok = self.n_tokens;
@@ -220,7 +242,9 @@ impl MatmulScratch {
                         .for_each(convert);
                 }
             }
-            let groups = self.n_tokens / 8;
+            // The eight-token kernels of quantized types read their scales interleaved;
+            // the float ones read `sc` row by row.
+            let groups = if float { 0 } else { n_rows / 8 };
             let sc8 = &mut self.scales8[i];
             sc8.resize(groups * 8 * sc_stride, 0.0);
             for (g, o) in sc8.chunks_exact_mut(8 * sc_stride).enumerate() {
@@ -230,6 +254,15 @@ impl MatmulScratch {
         }
         (&self.acts[i], &self.scales[i], sc_stride, &self.scales8[i])
     }
+}
+
+/// Activation rows held for `n` tokens: for a GEMM (`n > 1`) the rows are padded with zero
+/// rows to a whole number of eight-token groups, so a ragged tail of two to seven tokens
+/// runs a four- or eight-token micro-kernel (its padding outputs dropped) instead of one
+/// single dot per token, each of which would unpack the weight row again. A speculative
+/// verification pass scores a handful of tokens, so its whole pass is such a tail.
+fn padded_rows(n: usize) -> usize {
+    if n > 1 { n.next_multiple_of(8) } else { n }
 }
 
 /// `y[t * rows + r] = sum_c W[r][c] * x[t * cols + c]` for `t in 0..n_tokens`.
@@ -467,8 +500,9 @@ unsafe fn gemm_tile(
         stride,
         sc: &a.sc[t * a.sc_stride..(t + n) * a.sc_stride],
         sc_stride: a.sc_stride,
-        // Eight-token calls start on a group boundary (a task's tokens are whole groups).
-        sc8: if n == 8 {
+        // Eight-token calls start on a group boundary (a task's tokens are whole groups);
+        // float types have no interleaved scales.
+        sc8: if n == 8 && !a.sc8.is_empty() {
             debug_assert_eq!(t % 8, 0);
             &a.sc8[t * a.sc_stride..(t + 8) * a.sc_stride]
         } else {
@@ -485,18 +519,25 @@ unsafe fn gemm_tile(
     let row_block = (ROW_BLOCK_BYTES / block_row_bytes.max(1))
         .max(ROW_BLOCK_MIN)
         .next_multiple_of(2);
+    // Whether the activations hold `len` rows from `t` (real or padding, see
+    // `padded_rows`): the tile's last group may then run a wider kernel than its tokens
+    // fill, dropping the padding outputs. Five to seven tokens take an eight-token call,
+    // two or three a four-token one; one takes a single dot.
+    let fits = |t: usize, len: usize| (t + len) * stride <= a.a.len();
+    let take8 = |t: usize| t + 8 <= t1 || (t + 4 < t1 && fits(t, 8));
+    let take4 = |t: usize| t + 4 <= t1 || (t + 1 < t1 && fits(t, 4));
     let mut rb = r0;
     while rb < r1 {
         let re = (rb + row_block).min(r1);
         let mut t = t0;
         let write8 = |t: usize, r: usize, o: [f32; 8]| {
-            for (i, v) in o.into_iter().enumerate() {
-                // SAFETY: (t + i, r) is in this tile.
+            for (i, v) in o.into_iter().enumerate().take(t1 - t) {
+                // SAFETY: (t + i, r) is in this tile (`t + i < t1`).
                 unsafe { out.write((t + i) * rows + r, v) };
             }
         };
         if let Some((unpack, dot8u)) = unpacked
-            && t + 8 <= t1
+            && take8(t)
         {
             // Unpack the row block once for all the task's groups of eight tokens.
             UNPACKED.with_borrow_mut(|buf| {
@@ -505,7 +546,7 @@ unsafe fn gemm_tile(
                     // SAFETY: kernels of a supported ISA; `dst` holds one block per block.
                     unsafe { unpack(w.row(r), dst) };
                 }
-                while t + 8 <= t1 {
+                while take8(t) {
                     let a8 = rows_at(t, 8);
                     for (r, wu) in (rb..re).zip(buf.chunks_exact(nb)) {
                         let mut o = [0.0f32; 8];
@@ -517,7 +558,7 @@ unsafe fn gemm_tile(
                 }
             });
         } else if let Some(dot8) = dot8 {
-            while t + 8 <= t1 {
+            while take8(t) {
                 let a8 = rows_at(t, 8);
                 let mut r = rb;
                 if let Some(tile) = dot8r2 {
@@ -548,20 +589,21 @@ unsafe fn gemm_tile(
                 t += 8;
             }
         }
-        while t + 4 <= t1 {
+        while take4(t) {
             let a4 = rows_at(t, 4);
             for r in rb..re {
                 let mut o = [0.0f32; 4];
                 // SAFETY: kernels of a supported ISA; `a4` is four activation rows with
                 // their scales, the rows ending where the fourth ends.
                 unsafe { dot4(w.row(r), a4, &mut o) };
-                for (i, v) in o.into_iter().enumerate() {
-                    // SAFETY: (t + i, r) is in this tile.
+                for (i, v) in o.into_iter().enumerate().take(t1 - t) {
+                    // SAFETY: (t + i, r) is in this tile (`t + i < t1`).
                     unsafe { out.write((t + i) * rows + r, v) };
                 }
             }
             t += 4;
         }
+        let t = t.min(t1);
         for t in t..t1 {
             let a1 = &a.a[t * stride..(t + 1) * stride];
             for r in rb..re {

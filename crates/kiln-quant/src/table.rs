@@ -71,7 +71,8 @@ impl<'a> ActRows<'a> {
 /// Number of `f32` scales [`act_scales`] writes for a row of `n_blocks` blocks of `a`.
 pub(crate) fn act_scale_count(a: AType, n_blocks: usize) -> usize {
     match a {
-        AType::Q8_0 | AType::Q8_K => n_blocks,
+        // One-element blocks: every value, widened.
+        AType::Q8_0 | AType::Q8_K | AType::F16 | AType::BF16 => n_blocks,
         AType::Q8_1 => 2 * n_blocks,
         _ => 0,
     }
@@ -79,10 +80,14 @@ pub(crate) fn act_scale_count(a: AType, n_blocks: usize) -> usize {
 
 /// Widens the block scales of one activation row: Q8_0 → `d` per block, Q8_1 → `d, s` per
 /// block (exact conversions), Q8_K → its `f32` `d` per block (a copy, so the eight-token
-/// kernels load eight tokens' scales at once from `sc8`); nothing for the other types.
+/// kernels load eight tokens' scales at once from `sc8`); F16 and BF16 → every value
+/// widened (exact), so the GEMM micro-kernels, which reuse an activation row for many
+/// weight rows, do not convert it again for each; nothing for the other types.
 pub(crate) fn act_scales(a: AType, row: &[u8], out: &mut [f32]) {
     use crate::blocks::{BlockQ8_0, BlockQ8_1, BlockQ8K, as_blocks};
     match a {
+        AType::F16 => crate::scalar::float::dequant_f16(row, out),
+        AType::BF16 => crate::scalar::float::dequant_bf16(row, out),
         AType::Q8_0 => {
             for (o, b) in out.iter_mut().zip(as_blocks::<BlockQ8_0>(row)) {
                 *o = b.d.to_f32();

@@ -140,6 +140,10 @@ const AVX512_KERNELS: &[(&str, GgmlType)] = &[
     ("dot8", GgmlType::Q4_0),
     ("dot8", GgmlType::Q5_0),
     ("dot8", GgmlType::Q4_1),
+    ("dot4", GgmlType::F16),
+    ("dot8", GgmlType::F16),
+    ("dot4", GgmlType::BF16),
+    ("dot8", GgmlType::BF16),
 ];
 
 #[test]

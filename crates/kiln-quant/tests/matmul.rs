@@ -85,6 +85,43 @@ fn matmul_outputs_equal_the_dot_kernel_bit_for_bit() {
 }
 
 #[test]
+fn every_pass_size_from_two_to_seventeen_gives_each_token_its_single_token_bits() {
+    // Speculative verification scores a handful of tokens per pass: every ragged tail
+    // (padded to a four- or eight-token kernel) must give each token the bits of its
+    // one-token GEMV. One scratch serves every size, larger passes first, so padding rows
+    // left over from a larger pass must not leak into a smaller one.
+    for ty in weight_types() {
+        let (rows, cols) = (13, cols_for(ty));
+        let data = random_matrix(ty, rows, cols, 6);
+        let w = QMatrix::new(ty, rows, cols, &data).expect("matrix");
+        let x = random_x(17 * cols, 7);
+        for k in tables() {
+            let mut s = MatmulScratch::default();
+            let mut one = vec![vec![0.0f32; rows]; 17];
+            for (t, o) in one.iter_mut().enumerate() {
+                s.prepare(&x[t * cols..(t + 1) * cols], 1, cols);
+                matmul_prepared_with(k, &w, &mut s, o);
+            }
+            for n in (2..=17).rev() {
+                s.prepare(&x[..n * cols], n, cols);
+                let mut batch = vec![0.0f32; n * rows];
+                matmul_prepared_with(k, &w, &mut s, &mut batch);
+                for t in 0..n {
+                    for r in 0..rows {
+                        assert_eq!(
+                            batch[t * rows + r].to_bits(),
+                            one[t][r].to_bits(),
+                            "{} {ty} pass of {n}: token {t} row {r}",
+                            k.isa()
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn a_token_row_gives_the_same_bits_alone_and_in_a_batch_of_seven() {
     for ty in weight_types() {
         let (rows, cols) = (67, cols_for(ty));

@@ -1,5 +1,14 @@
 //! Adaptive draft length: draft more while drafts are accepted, fewer after a rejection,
 //! and none for a while when acceptance is too low to pay for the wider passes.
+//!
+//! Whether a draft pays is a cost model: the measured time of the target's passes by the
+//! number of tokens they score (`t(n) = t1 + (n - 1) * s`, both fitted as running means),
+//! the measured drafting time per drafted token `d`, and the recent acceptance rate `p`.
+//! A draft of `k` tokens emits `1 + p + … + p^k` tokens in expectation for
+//! `t1 + k * (s + d)`; plain decoding emits one per `t1`. The draft length is the `k` (up to
+//! the current bound) with the best expected rate, and drafting pauses for a few steps when even
+//! that is slower than plain decoding. Below an acceptance floor ([`DraftLength::MIN_RATE`])
+//! drafting pauses for longer each time, whatever the timings.
 
 /// A sequence's draft-length controller.
 #[derive(Clone, Debug)]
@@ -13,10 +22,41 @@ pub struct DraftLength {
     pause: u32,
     /// Consecutive pauses (each one doubles the next, up to a bound).
     pauses: u32,
+    cost: CostModel,
+}
+
+/// Running means of the measured costs (seconds; `None` until measured).
+#[derive(Clone, Debug, Default)]
+struct CostModel {
+    /// A target pass of one token.
+    t1: Option<f64>,
+    /// Each further token of a pass.
+    per_token: Option<f64>,
+    /// Drafting, per drafted token.
+    draft: Option<f64>,
+}
+
+impl CostModel {
+    const WEIGHT: f64 = 0.2;
+
+    fn mean(old: Option<f64>, v: f64) -> Option<f64> {
+        Some(old.map_or(v, |o| (1.0 - Self::WEIGHT) * o + Self::WEIGHT * v))
+    }
+
+    /// The expected tokens per second of drafting `k` at acceptance `p`, relative to plain
+    /// decoding (1.0: as fast), or `None` before one-token passes were timed.
+    fn relative_rate(&self, k: usize, p: f64) -> Option<f64> {
+        let t1 = self.t1.filter(|t| *t > 0.0)?;
+        let extra = self.per_token.unwrap_or(0.0).max(0.0) + self.draft.unwrap_or(0.0).max(0.0);
+        let p = p.clamp(0.0, 1.0);
+        let expected: f64 = (0..=k).map(|i| p.powi(i as i32)).sum();
+        Some(expected * t1 / (t1 + k as f64 * extra))
+    }
 }
 
 impl DraftLength {
-    /// Below this recent acceptance rate a draft costs more than it saves.
+    /// Below this recent acceptance rate a draft costs more than it saves, whatever the
+    /// timings: drafting pauses, longer each time.
     pub const MIN_RATE: f64 = 0.2;
     const WEIGHT: f64 = 0.3;
     const PAUSE: u32 = 4;
@@ -31,7 +71,42 @@ impl DraftLength {
             rate: 1.0,
             pause: 0,
             pauses: 0,
+            cost: CostModel::default(),
         }
+    }
+
+    /// Records a target pass that scored `tokens` tokens in `secs` seconds.
+    pub fn record_pass(&mut self, tokens: usize, secs: f64) {
+        if tokens == 0 || !secs.is_finite() || secs < 0.0 {
+            return;
+        }
+        if tokens == 1 {
+            self.cost.t1 = CostModel::mean(self.cost.t1, secs);
+        } else if let Some(t1) = self.cost.t1 {
+            let per = (secs - t1) / (tokens - 1) as f64;
+            self.cost.per_token = CostModel::mean(self.cost.per_token, per);
+        }
+    }
+
+    /// Records drafting `tokens` tokens in `secs` seconds.
+    pub fn record_draft(&mut self, tokens: usize, secs: f64) {
+        if tokens == 0 || !secs.is_finite() || secs < 0.0 {
+            return;
+        }
+        self.cost.draft = CostModel::mean(self.cost.draft, secs / tokens as f64);
+    }
+
+    /// The best draft length up to `k` by the cost model and whether it beats plain
+    /// decoding (`None` before the model has its measurements).
+    fn best(&self, k: usize) -> Option<(usize, bool)> {
+        let mut best = (0, 1.0);
+        for j in 1..=k {
+            let r = self.cost.relative_rate(j, self.rate)?;
+            if r > best.1 {
+                best = (j, r);
+            }
+        }
+        Some((best.0.max(1), best.0 > 0))
     }
 
     /// How many tokens to draft this step (0: drafting paused). Call once per step.
@@ -39,6 +114,11 @@ impl DraftLength {
         if self.pause > 0 {
             self.pause -= 1;
             return 0;
+        }
+        if self.adaptive
+            && let Some((k, _)) = self.best(self.cur)
+        {
+            return k;
         }
         self.cur
     }
@@ -56,10 +136,16 @@ impl DraftLength {
             (accepted + 1).clamp(1, self.max)
         };
         if self.rate < Self::MIN_RATE {
+            // Drafts keep failing: pause, longer each time it happens again.
             self.pause = Self::PAUSE << self.pauses.min(Self::MAX_PAUSE_DOUBLINGS);
             self.pauses += 1;
             // Probe with one token and a neutral rate when drafting resumes.
             self.rate = Self::MIN_RATE * 2.0;
+            self.cur = 1;
+        } else if self.best(self.max).is_some_and(|(_, pays)| !pays) {
+            // Drafts are accepted, but not enough to pay for the wider passes as timed:
+            // a short pause, then a one-token probe.
+            self.pause = Self::PAUSE;
             self.cur = 1;
         } else if accepted > 0 {
             self.pauses = 0;
@@ -84,6 +170,36 @@ mod tests {
         assert_eq!(l.take(), k + 1);
         l.update(k + 1, 1);
         assert_eq!(l.take(), 2);
+    }
+
+    /// Steps with every other draft fully accepted and the rest rejected outright, each
+    /// pass of `n` tokens timed at `pass(n)`; the number of steps that drafted nothing.
+    fn paused_steps(pass: impl Fn(usize) -> f64) -> usize {
+        let mut l = DraftLength::new(8, true);
+        l.record_pass(1, pass(1));
+        let mut paused = 0;
+        for i in 0..16 {
+            let k = l.take();
+            l.record_pass(k + 1, pass(k + 1));
+            if k == 0 {
+                paused += 1;
+            } else {
+                l.update(k, if i % 2 == 0 { k } else { 0 });
+            }
+        }
+        paused
+    }
+
+    #[test]
+    fn pauses_when_timed_passes_cost_more_than_the_accepted_drafts_save() {
+        // A pass costs one decode step per token: no draft can pay.
+        assert!(paused_steps(|n| 0.010 * n as f64) > 8);
+    }
+
+    #[test]
+    fn keeps_drafting_at_the_same_acceptance_when_passes_are_cheap() {
+        // A pass of n tokens costs little more than one: the same drafts pay.
+        assert_eq!(paused_steps(|n| 0.010 + 0.0005 * (n - 1) as f64), 0);
     }
 
     #[test]

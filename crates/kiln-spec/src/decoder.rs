@@ -2,6 +2,8 @@
 //! of the target, keep the accepted prefix plus the target's own next token, cut the
 //! rest from the KV cache.
 
+use std::time::Instant;
+
 use kiln_model::{BatchSeq, Session};
 use kiln_sample::Sampler;
 use rand::SeedableRng;
@@ -120,6 +122,7 @@ impl SpecDecoder {
         let k = self.length.take().min(room);
         self.draft.clear();
         self.q.clear();
+        let t_draft = Instant::now();
         if k > 0 {
             let temperature = sampler.config().temperature;
             match &mut self.source {
@@ -134,9 +137,11 @@ impl SpecDecoder {
                 )?,
             }
         }
+        let drafted = t_draft.elapsed();
         self.row.clear();
         self.row.push(pending);
         self.row.extend_from_slice(&self.draft);
+        let t_verify = Instant::now();
         let logits = session.forward_scored(&[BatchSeq {
             seq,
             tokens: &self.row,
@@ -145,6 +150,8 @@ impl SpecDecoder {
         }])?;
         self.scored.clear();
         self.scored.extend_from_slice(logits);
+        let verified = t_verify.elapsed();
+        let t_sample = Instant::now();
         let n = self.draft.len();
         let mut accepted = 0;
         for j in 0..=n {
@@ -166,8 +173,31 @@ impl SpecDecoder {
         }
         // The session keeps `history` and the emitted tokens but the last: the rejected
         // positions go, and only now do its full pages become findable.
+        let sampled = t_sample.elapsed();
+        let t_rollback = Instant::now();
         session.settle(seq, pos0 + out.len())?;
+        let rolled_back = t_rollback.elapsed();
+        // Timings steer the draft length only under greedy decoding, whose output they
+        // cannot change; with sampling the drafts (and so the random draws) stay a
+        // function of the text, and a seeded run reproduces.
+        let greedy = sampler.config().temperature <= 0.0;
+        if greedy {
+            self.length
+                .record_pass(self.row.len(), verified.as_secs_f64());
+        }
+        if greedy && n > 0 {
+            let one_off = match &self.source {
+                DraftSource::Model(m) => m.catch_up_time(),
+                DraftSource::Ngram(_) => std::time::Duration::ZERO,
+            };
+            self.length
+                .record_draft(n, drafted.saturating_sub(one_off).as_secs_f64());
+        }
         self.length.update(n, accepted);
+        self.stats.draft_time += drafted;
+        self.stats.verify_time += verified;
+        self.stats.sample_time += sampled;
+        self.stats.rollback_time += rolled_back;
         self.stats.emitted += out.len() as u64;
         if n > 0 {
             self.stats.draft_steps += 1;

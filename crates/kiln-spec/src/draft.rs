@@ -3,6 +3,7 @@
 //! text.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use kiln_model::{Logits, Model, Session};
 use kiln_sample::Vocab;
@@ -59,6 +60,10 @@ pub struct DraftModel {
     session: Session,
     /// The tokens evaluated in `session`, in order.
     tokens: Vec<u32>,
+    /// How long the last draft spent evaluating text the session had not seen when that
+    /// was more than the step's own tokens (the prompt, or the text emitted while drafting
+    /// was paused): a one-off, not the cost of drafting.
+    catch_up: Duration,
 }
 
 impl DraftModel {
@@ -68,6 +73,7 @@ impl DraftModel {
         DraftModel {
             session: Session::new(model, n_ctx, 512),
             tokens: Vec::with_capacity(n_ctx),
+            catch_up: Duration::ZERO,
         }
     }
 
@@ -78,7 +84,14 @@ impl DraftModel {
         DraftModel {
             session,
             tokens: Vec::with_capacity(cap),
+            catch_up: Duration::ZERO,
         }
+    }
+
+    /// The time the last [`DraftModel::draft`] spent catching up on text it had not seen
+    /// beyond one step's worth (the prompt, or the text emitted while drafting was paused).
+    pub fn catch_up_time(&self) -> Duration {
+        self.catch_up
     }
 
     /// Appends up to `k` drafted tokens continuing `history` to `out`. With a temperature
@@ -94,6 +107,7 @@ impl DraftModel {
         out: &mut Vec<u32>,
         q: &mut Vec<f32>,
     ) -> Result<(), SpecError> {
+        self.catch_up = Duration::ZERO;
         if k == 0 || history.is_empty() {
             return Ok(());
         }
@@ -112,10 +126,14 @@ impl DraftModel {
         if k == 0 {
             return Ok(());
         }
+        let t0 = Instant::now();
         let mut logits = self
             .session
             .forward(&history[common..], Logits::Last)
             .map_err(SpecError::Draft)?;
+        if history.len() - common > k + 1 {
+            self.catch_up = t0.elapsed();
+        }
         self.tokens.extend_from_slice(&history[common..]);
         for i in 0..k {
             let tok = if temperature > 0.0 {

@@ -1,5 +1,7 @@
 //! Counters of speculation.
 
+use std::time::Duration;
+
 /// What speculation did, summed over steps (and sequences, when added).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SpecStats {
@@ -13,6 +15,14 @@ pub struct SpecStats {
     pub emitted: u64,
     /// Steps that drafted nothing (no match, or drafting paused).
     pub plain_steps: u64,
+    /// Time spent drafting (the n-gram lookup, or the draft model's passes).
+    pub draft_time: Duration,
+    /// Time in the target's scoring passes.
+    pub verify_time: Duration,
+    /// Time choosing the emitted tokens from the scored logits (sampling, verification).
+    pub sample_time: Duration,
+    /// Time cutting rejected positions from the KV cache ([`kiln_model::Session::settle`]).
+    pub rollback_time: Duration,
 }
 
 impl SpecStats {
@@ -41,5 +51,9 @@ impl SpecStats {
         self.accepted += o.accepted;
         self.emitted += o.emitted;
         self.plain_steps += o.plain_steps;
+        self.draft_time += o.draft_time;
+        self.verify_time += o.verify_time;
+        self.sample_time += o.sample_time;
+        self.rollback_time += o.rollback_time;
     }
 }

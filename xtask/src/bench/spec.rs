@@ -108,6 +108,14 @@ struct SpecJson {
     acceptance_rate: f64,
     mean_accepted_length: f64,
     passes: u64,
+    #[serde(default)]
+    draft_ms: f64,
+    #[serde(default)]
+    verify_ms: f64,
+    #[serde(default)]
+    sample_ms: f64,
+    #[serde(default)]
+    rollback_ms: f64,
 }
 
 #[derive(Serialize)]
@@ -121,6 +129,8 @@ struct Row {
     speedup: f64,
     identical: Option<bool>,
     spec: Option<SpecJson>,
+    /// Milliseconds per token of the plain run this row compares with.
+    base_ms_per_token: f64,
 }
 
 pub fn run(a: &SpecArgs) -> Result<(), XtaskError> {
@@ -216,6 +226,50 @@ pub fn run(a: &SpecArgs) -> Result<(), XtaskError> {
             &table
         )
     );
+    let phases: Vec<Vec<String>> = rows
+        .iter()
+        .filter_map(|r| Some((r, r.spec.as_ref()?)))
+        .map(|(r, s)| {
+            let per_pass = s.verify_ms / s.passes.max(1) as f64;
+            vec![
+                r.workload.to_string(),
+                r.target.clone(),
+                r.method.clone(),
+                s.passes.to_string(),
+                format!("{:.0}", s.draft_ms),
+                format!("{:.0}", s.verify_ms),
+                format!("{:.0}", s.sample_ms),
+                format!("{:.1}", s.rollback_ms),
+                format!("{per_pass:.1}"),
+                format!("{:.1}", r.base_ms_per_token),
+                format!("{:.2}", per_pass / r.base_ms_per_token.max(1e-9)),
+            ]
+        })
+        .collect();
+    let md = format!(
+        "{md}
+## Where the speculative time went
+
+Milliseconds over the whole          generation. `pass / step` is a scoring pass's mean time over the plain run's time          per token: what verifying a draft costs in decode steps (a same-run ratio, less          sensitive to machine load than tokens/s).
+
+{}",
+        markdown_table(
+            &[
+                "workload",
+                "target",
+                "spec",
+                "passes",
+                "draft ms",
+                "verify ms",
+                "sample ms",
+                "rollback ms",
+                "ms / pass",
+                "plain ms / token",
+                "pass / step",
+            ],
+            &phases
+        )
+    );
     write(&out.join("spec.md"), &md)?;
     println!("{md}");
     if rows.iter().any(|r| r.identical == Some(false)) {
@@ -246,6 +300,7 @@ fn row(
         speedup: g.timings.predicted_per_second / base.max(1e-9),
         identical,
         spec: g.timings.speculative.clone(),
+        base_ms_per_token: 1e3 / base.max(1e-9),
     }
 }
 
@@ -344,6 +399,7 @@ fn llama_cpp_rows(
             speedup: f64::NAN,
             identical: None,
             spec: None,
+            base_ms_per_token: f64::NAN,
         });
     }
     Ok(rows)

@@ -1,7 +1,10 @@
 //! AVX2 kernels of the float weight types (F32, F16, BF16): dequantization (F16C / shift
 //! widening, exact) and dot products, each the operations of ggml's
-//! `ggml_vec_dot_f32/f16/bf16` AVX2 path in the same order. `dotr4`/`dot4` are four single
-//! dots (these types are rare as matmul weights).
+//! `ggml_vec_dot_f32/f16/bf16` AVX2 path in the same order. `dotr4` is four single dots;
+//! the F16 and BF16 `dot4` (GEMM: one weight row, four tokens) widen each weight vector once
+//! for the four tokens and read the activations already widened (`ActRows::sc`, exact), with
+//! each token's lanes, FMAs, reduction and tail those of the single dot. F32's `dot4` is four
+//! single dots (rare as matmul weights).
 
 use std::arch::x86_64::*;
 
@@ -37,7 +40,7 @@ pub(crate) fn dequant_bf16(src: &[u8], dst: &mut [f32]) {
 /// 128-bit halves, then two `hadd`s.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn reduce4(s: [__m256; 4]) -> f32 {
+pub(crate) fn reduce4(s: [__m256; 4]) -> f32 {
     let s0 = _mm256_add_ps(s[0], s[2]);
     let s1 = _mm256_add_ps(s[1], s[3]);
     let s0 = _mm256_add_ps(s0, s1);
@@ -79,7 +82,7 @@ fn load_f32x8_bytes(p: &[u8]) -> __m256 {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn load_f16x8(p: &[u8]) -> __m256 {
+pub(crate) fn load_f16x8(p: &[u8]) -> __m256 {
     _mm256_cvtph_ps(load_bytes16(&p[..16]))
 }
 
@@ -106,7 +109,7 @@ pub(crate) fn dot_f16(w: &[u8], a: &[u8]) -> f32 {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn load_bf16x8(p: &[u8]) -> __m256 {
+pub(crate) fn load_bf16x8(p: &[u8]) -> __m256 {
     let v = _mm256_cvtepu16_epi32(load_bytes16(&p[..16]));
     _mm256_castsi256_ps(_mm256_slli_epi32::<16>(v))
 }
@@ -126,8 +129,7 @@ pub(crate) fn dot_bf16(w: &[u8], a: &[u8]) -> f32 {
             *cj = _mm256_fmadd_ps(load_bf16x8(&w[k..]), load_bf16x8(&a[k..]), *cj);
         }
     }
-    let c1 = _mm256_add_ps(_mm256_add_ps(c[0], c[2]), _mm256_add_ps(c[1], c[3]));
-    let mut sum = hsum_f32x8(c1) as f64;
+    let mut sum = reduce_bf16(c) as f64;
     let b = |s: &[u8], i: usize| {
         crate::blocks::bf16_to_f32(u16::from_le_bytes([s[2 * i], s[2 * i + 1]]))
     };
@@ -137,11 +139,63 @@ pub(crate) fn dot_bf16(w: &[u8], a: &[u8]) -> f32 {
     sum as f32
 }
 
+/// The bf16 dot's reduction: `(c0 + c2) + (c1 + c3)` lane-wise, then `hsum_float_8`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn reduce_bf16(c: [__m256; 4]) -> f32 {
+    hsum_f32x8(_mm256_add_ps(
+        _mm256_add_ps(c[0], c[2]),
+        _mm256_add_ps(c[1], c[3]),
+    ))
+}
+
+/// A GEMM micro-kernel of a 16-bit float type: `$load` widens eight weights, `$reduce` is
+/// the single dot's reduction and `$elem` its tail's widening of one weight. Accumulator
+/// `j` of a token takes elements `i + 8j .. i + 8j + 8` of every 32-element step, as in the
+/// single dot; the loop over `j` is outermost so only the four tokens' accumulators are
+/// live. The activations are read widened from `a.sc` (`act_scales`: exact), so every
+/// product and sum is the single dot's.
+macro_rules! dot4_float16 {
+    ($name:ident, $load:ident, $reduce:ident, $elem:expr) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(crate) fn $name(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
+            let n = w.len() / 2;
+            let np = n & !31;
+            let x: [&[f32]; 4] = std::array::from_fn(|t| a.scales(t, n));
+            let mut s = [[_mm256_setzero_ps(); 4]; 4];
+            for j in 0..4 {
+                let mut acc = [_mm256_setzero_ps(); 4];
+                for i in (8 * j..np).step_by(32) {
+                    let wv = $load(&w[2 * i..]);
+                    for (at, xt) in acc.iter_mut().zip(&x) {
+                        *at = _mm256_fmadd_ps(wv, load_f32x8(&xt[i..]), *at);
+                    }
+                }
+                for (st, at) in s.iter_mut().zip(acc) {
+                    st[j] = at;
+                }
+            }
+            let elem = $elem;
+            for ((o, st), xt) in out.iter_mut().zip(s).zip(&x) {
+                let mut sum = $reduce(st) as f64;
+                for (i, &xi) in (np..n).zip(&xt[np..]) {
+                    sum += (elem(w, i) * xi) as f64;
+                }
+                *o = sum as f32;
+            }
+        }
+    };
+}
+
 dot4_by_dot!(dot4_f32, dot_f32);
 
-dot4_by_dot!(dot4_f16, dot_f16);
+dot4_float16!(dot4_f16, load_f16x8, reduce4, |b: &[u8], i: usize| {
+    half::f16::from_bits(u16::from_le_bytes([b[2 * i], b[2 * i + 1]])).to_f32()
+});
 
-dot4_by_dot!(dot4_bf16, dot_bf16);
+dot4_float16!(dot4_bf16, load_bf16x8, reduce_bf16, |b: &[u8], i: usize| {
+    crate::blocks::bf16_to_f32(u16::from_le_bytes([b[2 * i], b[2 * i + 1]]))
+});
 
 dotr4_by_dot!(dotr4_f32, dot_f32);
 

@@ -4,6 +4,7 @@
 //! reachable only through the [`AVX512`](super::AVX512) table, which is the AVX2 table with
 //! the entries of [`table`] replaced.
 
+pub(crate) mod float;
 pub(crate) mod kquants;
 pub(crate) mod legacy;
 pub(crate) mod util;
@@ -35,5 +36,10 @@ pub(crate) const fn table(parent: Kernels) -> Kernels {
     // Q4_0 and Q5_0 keep AVX2's row unpackers; the eight-token kernel over them is new.
     k.set_dot8_over_parent_unpack(Q4_0, legacy::dot8_i8);
     k.set_dot8_over_parent_unpack(Q5_0, legacy::dot8_i8);
+    // 16-bit floats: the weights widened once per step for four or eight tokens.
+    k.set_dot4(F16, float::dot4_f16);
+    k.set_dot8(F16, float::dot8_f16);
+    k.set_dot4(BF16, float::dot4_bf16);
+    k.set_dot8(BF16, float::dot8_bf16);
     k
 }
