@@ -128,7 +128,7 @@ pub struct ServeArgs {
     /// Seconds a request body may take to arrive after its head (then 408).
     #[arg(long, default_value_t = 60.0)]
     body_timeout: f64,
-    /// The most open connections; more are closed on accept.
+    /// The most open connections; more get a 503 (too_many_connections) and are closed.
     #[arg(long, default_value_t = 1024)]
     max_connections: usize,
     #[command(flatten)]
