@@ -88,11 +88,6 @@ impl Work {
     pub fn tokens(&self) -> f64 {
         self.0[1]
     }
-
-    /// Rows whose logits the step returns.
-    pub fn logit_rows(&self) -> f64 {
-        self.0[2]
-    }
 }
 
 /// The online model of a step's duration (see the module doc).

@@ -425,17 +425,15 @@ impl<'t> Sched<'t> {
                 .map(|q| q.id),
         );
         //    A speculating sequence's row also carries its draft, within the budget left
-        //    after one token for each sequence still to plan, and (once the cost model
-        //    predicts) within the step target: drafts never crowd out another sequence's
-        //    decode token.
+        //    after one token for each sequence still to plan: drafts never crowd out
+        //    another sequence's decode token.
         self.scored = false;
-        let mut decode_work = Work::default();
         for (i, &id) in decoding.iter().enumerate() {
             if budget == 0 {
                 break;
             }
             let later = decoding.len() - i - 1;
-            let d = self.draft(id, budget.saturating_sub(1 + later), &mut decode_work);
+            let d = self.draft(id, budget.saturating_sub(1 + later));
             if d > 0 && self.reserve_draft(id, 1 + d) {
                 self.plan.push((id, 1 + d));
                 budget -= 1 + d;
@@ -571,50 +569,20 @@ impl<'t> Sched<'t> {
 
     /// Prepares the draft of decoding sequence `id` for this step, at most `cap` tokens
     /// (and what its context and `max_tokens` leave room for), and returns its length (0:
-    /// a plain decode row). `work` is the step's decode work so far; the row is added to
-    /// it. Once the cost model predicts, a draft is kept only when it pays for the batch:
-    /// its expected accepted tokens (its recent acceptance rate times its length) per
-    /// predicted extra millisecond are at least the step's decode tokens per predicted
-    /// millisecond without it. A lone stream, bound by reading the weights, keeps its
-    /// drafts; a large batch, bound by arithmetic, keeps only drafts that are mostly
-    /// accepted.
-    fn draft(&mut self, id: u64, cap: usize, work: &mut Work) -> usize {
+    /// a plain decode row). Whether and how much a sequence drafts is its own adaptive
+    /// controller's decision (`kiln_spec::DraftLength`: longer after accepted drafts,
+    /// shorter after rejections, paused when its acceptance is too low to pay).
+    fn draft(&mut self, id: u64, cap: usize) -> usize {
         let n_ctx = self.shared.config.n_ctx;
         let Some(q) = self.running.iter_mut().find(|q| q.id == id) else {
             return 0;
         };
-        let ctx = q.done;
-        let plain = work.with(Row {
-            ctx,
-            n: 1,
-            logits: true,
-        });
         let cap = cap
             .min(q.max_tokens.saturating_sub(q.generated + 1))
             .min(n_ctx.saturating_sub(q.done + 1));
-        let Some(sp) = q.spec.as_mut() else {
-            *work = plain;
-            return 0;
-        };
-        let d = sp.draft(&q.tokens, cap);
-        let with = work.with(Row {
-            ctx,
-            n: 1 + d,
-            logits: true,
-        });
-        let pays = match (self.cost.predict(&plain), self.cost.predict(&with)) {
-            (Some(t), Some(t_with)) => {
-                let extra = (t_with - t).max(1e-6);
-                sp.rate() * d as f64 / extra >= plain.logit_rows() / t.max(1e-6)
-            }
-            _ => true,
-        };
-        if d > 0 && pays {
-            *work = with;
-            d
-        } else {
-            *work = plain;
-            0
+        match q.spec.as_mut() {
+            Some(sp) => sp.draft(&q.tokens, cap),
+            None => 0,
         }
     }
 

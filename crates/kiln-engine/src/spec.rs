@@ -47,11 +47,6 @@ impl SeqSpec {
         self.row.len() - 1
     }
 
-    /// The recent acceptance rate of its drafts (exponentially weighted; 1 before any).
-    pub fn rate(&self) -> f64 {
-        self.length.rate()
-    }
-
     /// The tokens this step's row drafted, one after another.
     pub fn drafted(&self) -> &[u32] {
         self.row.get(1..).unwrap_or(&[])
