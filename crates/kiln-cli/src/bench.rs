@@ -11,6 +11,14 @@
 //! repetitions): `tg128 @ d4096` is decoding at position 4096. `-o json` prints a list of objects with llama-bench's field names
 //! (`model_filename`, `n_prompt`, `n_gen`, `n_threads`, `avg_ts`, `stddev_ts`,
 //! `samples_ts`, …).
+//!
+//! With `--spec ngram` (or `--spec draft --draft-model M`), a `tgN` test is real greedy
+//! generation with speculative decoding instead: a text prompt (`--spec-prompt`, by default
+//! one asking to repeat a piece of code, where n-gram drafts pay) is evaluated untimed, then
+//! `N` tokens are generated and timed; the row also reports the drafted and accepted
+//! tokens, the acceptance rate and the mean accepted length (JSON: `spec_type`,
+//! `n_drafted`, `n_accepted`, `acceptance_rate`, `mean_accepted_length`). Run the same
+//! test without `--spec` and with `--spec-prompt` for the plain figure to compare.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -69,7 +77,27 @@ pub struct BenchArgs {
     /// Skip the warm-up run of each test.
     #[arg(long)]
     no_warmup: bool,
+    /// Speculative decoding for tgN tests (real greedy generation after `--spec-prompt`).
+    #[command(flatten)]
+    spec: crate::args::spec::SpecArgs,
+    /// The prompt of tgN tests with `--spec`, or, without it, a prompt to run tgN as real
+    /// greedy generation after (for the plain figure to compare with).
+    #[arg(long)]
+    spec_prompt: Option<String>,
 }
+
+/// The default `--spec-prompt`: a piece of code to repeat, where n-gram drafts pay.
+const SPEC_PROMPT: &str = "Repeat the following code exactly.\n\n\
+fn parse_line(line: &str) -> Option<(String, i64)> {\n\
+    let mut parts = line.split('=');\n\
+    let key = parts.next()?.trim().to_string();\n\
+    let value = parts.next()?.trim().parse::<i64>().ok()?;\n\
+    Some((key, value))\n\
+}\n\n\
+fn parse_all(text: &str) -> Vec<(String, i64)> {\n\
+    text.lines().filter_map(parse_line).collect()\n\
+}\n\n\
+The same code, repeated exactly:\n\n";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Format {
@@ -106,6 +134,17 @@ struct Row {
     stddev_ts: f64,
     samples_ns: Vec<u64>,
     samples_ts: Vec<f64>,
+    /// Speculative decoding of a tgN test (`ngram` or `draft`), summed over repetitions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    spec_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    n_drafted: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    n_accepted: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    acceptance_rate: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mean_accepted_length: Option<f64>,
 }
 
 /// A loaded model and what the report says about it.
@@ -115,6 +154,8 @@ struct Loaded {
     model_type: String,
     bos: Option<u32>,
     vocab: usize,
+    /// The model with its tokenizer (for tests on text, `--spec-prompt`).
+    target: crate::args::model::Loaded,
 }
 
 pub fn run(args: BenchArgs) -> Result<(), CliError> {
@@ -123,6 +164,12 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
     }
     if args.ubatch == 0 {
         return Err(CliError::Usage("--ubatch-size must be at least 1".into()));
+    }
+    let text_tg = args.spec.config()?.is_some() || args.spec_prompt.is_some();
+    if text_tg && args.n_depth.iter().any(|&d| d > 0) {
+        return Err(CliError::Usage(
+            "--spec and --spec-prompt run tgN at depth 0 (after the prompt): drop -d".into(),
+        ));
     }
     let threads = if args.threads.is_empty() {
         vec![crate::threads::available()]
@@ -207,10 +254,11 @@ fn load(reference: &str) -> Result<Loaded, CliError> {
         .map_or("?".to_string(), ftype_name);
     Ok(Loaded {
         path: path.display().to_string(),
-        model,
+        model: Arc::clone(&model),
         model_type: format!("{arch} {size} {ftype}"),
         bos: tokenizer.add_bos().then(|| tokenizer.bos()).flatten(),
         vocab: tokenizer.vocab_size(),
+        target: crate::args::model::Loaded { model, tokenizer },
     })
 }
 
@@ -298,6 +346,9 @@ fn measure(
         n_gen,
         n_depth,
     } = test;
+    if n_gen > 0 && (args.spec.spec.is_some() || args.spec_prompt.is_some()) {
+        return measure_text_tg(m, args, threads, n_gen, isa);
+    }
     let n_ctx = n_depth + n_prompt + n_gen;
     let mut session = Session::new(Arc::clone(&m.model), n_ctx, args.ubatch);
     let mut rng = Tokens(0x6b696c6e);
@@ -333,13 +384,111 @@ fn measure(
         run(&mut session, n_prompt, n_gen)?;
         samples_ns.push(t0.elapsed().as_nanos() as u64);
     }
+    Ok(row(m, args, threads, test, isa, samples_ns, None))
+}
+
+/// A tgN test as real greedy generation after a text prompt (evaluated untimed), with
+/// speculative decoding when `--spec` is given: the emitted tokens per second and, with
+/// `--spec`, the speculation's counters over every repetition.
+fn measure_text_tg(
+    m: &Loaded,
+    args: &BenchArgs,
+    threads: usize,
+    n_gen: usize,
+    isa: &str,
+) -> Result<Row, CliError> {
+    let text = args.spec_prompt.as_deref().unwrap_or(SPEC_PROMPT);
+    let prompt = m.target.tokenizer.encode(text, true, false)?;
+    if prompt.is_empty() {
+        return Err(CliError::Usage(
+            "--spec-prompt is empty after tokenization".into(),
+        ));
+    }
+    let cfg = args.spec.config()?;
+    let draft_max = cfg.as_ref().map_or(0, |c| c.draft_max);
+    let n_ctx = prompt.len() + n_gen + draft_max + 1;
+    let mut totals = kiln_spec::SpecStats::default();
+    let mut run = |timed: bool| -> Result<Option<u64>, CliError> {
+        let mut session = Session::new(Arc::clone(&m.model), n_ctx, args.ubatch.max(draft_max + 1));
+        let mut sampler = kiln_sample::Sampler::new(kiln_sample::SamplerConfig::greedy());
+        let mut spec = args.spec.decoder(&m.target, n_ctx, 0)?;
+        let mut history = prompt.clone();
+        // The session holds all but the last prompt token; the first timed pass
+        // evaluates it (as a decode step does).
+        if prompt.len() > 1 {
+            session.forward(&prompt[..prompt.len() - 1], Logits::Last)?;
+        }
+        let n_gen = if timed { n_gen } else { n_gen.min(2) };
+        let mut step = Vec::with_capacity(kiln_spec::SpecConfig::DRAFT_MAX_LIMIT + 1);
+        let t0 = Instant::now();
+        let mut generated = 0;
+        while generated < n_gen {
+            match spec.as_mut() {
+                Some(d) => {
+                    d.step(
+                        &mut session,
+                        &mut sampler,
+                        &history,
+                        n_gen - generated,
+                        &|_| false,
+                        &mut step,
+                    )?;
+                }
+                None => {
+                    let pending = history[history.len() - 1];
+                    let logits = session.forward(&[pending], Logits::Last)?;
+                    step.clear();
+                    step.push(sampler.try_sample(logits)?);
+                }
+            }
+            generated += step.len();
+            history.extend_from_slice(&step);
+        }
+        let ns = t0.elapsed().as_nanos() as u64;
+        if timed && let Some(d) = &spec {
+            totals.add(&d.stats());
+        }
+        Ok(timed.then_some(ns))
+    };
+    if !args.no_warmup {
+        run(false)?;
+    }
+    let mut samples_ns = Vec::with_capacity(args.reps);
+    for _ in 0..args.reps {
+        samples_ns.extend(run(true)?);
+    }
+    let test = Test {
+        n_prompt: 0,
+        n_gen,
+        n_depth: 0,
+    };
+    let spec = cfg.map(|c| (c.method.as_str(), totals));
+    Ok(row(m, args, threads, test, isa, samples_ns, spec))
+}
+
+/// A result row from a test's timed repetitions (`samples_ns`), with the speculation's
+/// method and counters when it speculated.
+fn row(
+    m: &Loaded,
+    args: &BenchArgs,
+    threads: usize,
+    test: Test,
+    isa: &str,
+    samples_ns: Vec<u64>,
+    spec: Option<(&'static str, kiln_spec::SpecStats)>,
+) -> Row {
+    let Test {
+        n_prompt,
+        n_gen,
+        n_depth,
+    } = test;
     let n_tokens = (n_prompt + n_gen) as f64;
     let samples_ts: Vec<f64> = samples_ns
         .iter()
         .map(|&ns| n_tokens * 1e9 / ns.max(1) as f64)
         .collect();
     let ns_f: Vec<f64> = samples_ns.iter().map(|&v| v as f64).collect();
-    Ok(Row {
+    Row {
         build_commit: format!("kiln-{}", env!("CARGO_PKG_VERSION")),
         build_number: 0,
         cpu_info: cpu_name(),
@@ -369,7 +518,12 @@ fn measure(
         stddev_ts: stats::std_dev(&samples_ts),
         samples_ns,
         samples_ts,
-    })
+        spec_type: spec.map(|s| s.0),
+        n_drafted: spec.map(|s| s.1.drafted),
+        n_accepted: spec.map(|s| s.1.accepted),
+        acceptance_rate: spec.map(|s| s.1.acceptance_rate()),
+        mean_accepted_length: spec.map(|s| s.1.mean_accepted_length()),
+    }
 }
 
 /// The mean of at least one repetition's figures (`-r` is at least 1).
@@ -419,6 +573,9 @@ fn print_md(out: &mut impl Write, m: &Loaded, r: &Row) -> std::io::Result<()> {
     };
     if r.n_depth > 0 {
         test.push_str(&format!(" @ d{}", r.n_depth));
+    }
+    if let (Some(t), Some(a)) = (r.spec_type, r.acceptance_rate) {
+        test.push_str(&format!(" {t} {:.0}%", a * 100.0));
     }
     let name: String = m.model_type.chars().take(30).collect();
     writeln!(

@@ -98,6 +98,12 @@ pub struct ServeArgs {
     /// batch is dropped and counted rather than stalling the scheduler.
     #[arg(long, default_value_t = 1024, value_name = "N")]
     kv_events_queue: usize,
+    /// Speculative decoding for every request that does not opt out (`"speculative":
+    /// false`): `--spec ngram` drafts each sequence from its own prompt and output, scored
+    /// in the same batched pass as the other sequences. The engine speculates with `ngram`
+    /// only.
+    #[command(flatten)]
+    spec: crate::args::spec::SpecArgs,
     /// A Jinja file to use as the chat template instead of the model's own.
     #[arg(long, value_name = "FILE")]
     chat_template: Option<PathBuf>,
@@ -367,6 +373,15 @@ fn load(args: &ServeArgs, threads: usize) -> Result<Backend, CliError> {
     }
     if args.kv_events.is_some() {
         cfg.kv_events = Some(args.kv_events_queue.max(1));
+    }
+    cfg.spec = args.spec.config()?;
+    if let Some(s) = &cfg.spec
+        && s.method != kiln_spec::SpecMethod::Ngram
+    {
+        return Err(CliError::Usage(format!(
+            "kiln serve speculates with --spec ngram only (got {})",
+            s.method.as_str()
+        )));
     }
     let n_ctx = cfg.n_ctx;
     let shape = cfg.kv.config(model.config(), 0);

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use kiln_model::{KvOptions, Model};
+use kiln_spec::SpecConfig;
 
 /// How an [`crate::Engine`] schedules work and sizes its KV cache.
 #[derive(Clone, Debug)]
@@ -34,6 +35,13 @@ pub struct EngineConfig {
     /// counted ([`crate::EngineMetrics::kv_event_batches_dropped`]), the scheduler never
     /// waits. `None` (the default): no events are recorded.
     pub kv_events: Option<usize>,
+    /// Speculative decoding of every request that does not opt out
+    /// ([`crate::Request::speculate`]): n-gram drafts from each sequence's own prompt and
+    /// output, scored in the step's batched pass (see `docs/engine.md`). Only
+    /// [`kiln_spec::SpecMethod::Ngram`] runs in the engine. `None` (the default): no
+    /// request speculates unless it opts in, and then with [`SpecConfig::new`]'s n-gram
+    /// defaults.
+    pub spec: Option<SpecConfig>,
     /// Test-only fault injection (see [`FaultPlan`]). `None` (always, outside tests): the
     /// scheduler's only cost is one `Option` check per sampled token. Nothing a client
     /// sends can set it; `kiln serve` never does.
@@ -97,6 +105,7 @@ impl EngineConfig {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             step_target_ms: 200.0,
             kv_events: None,
+            spec: None,
             fault: None,
             step_probe: None,
         }

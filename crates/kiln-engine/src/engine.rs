@@ -5,6 +5,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use kiln_model::{Model, Session};
+use kiln_spec::SpecMethod;
 use kiln_tokenizer::Tokenizer;
 
 use crate::channel::{Receiver, TryRecvError, channel};
@@ -41,6 +42,16 @@ impl Engine {
                 "n_ctx ({}), max_batch_tokens ({}) and max_running ({}) must be at least 1",
                 config.n_ctx, config.max_batch_tokens, config.max_running
             )));
+        }
+        if let Some(spec) = &config.spec {
+            spec.validate()
+                .map_err(|e| EngineError::InvalidRequest(e.to_string()))?;
+            if spec.method != SpecMethod::Ngram {
+                return Err(EngineError::InvalidRequest(format!(
+                    "speculative method {} does not run in the engine; supported: ngram",
+                    spec.method.as_str()
+                )));
+            }
         }
         let session = Session::with_kv(
             Arc::clone(&model),

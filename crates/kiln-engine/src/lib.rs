@@ -25,6 +25,7 @@ mod request;
 mod scheduler;
 mod sequence;
 mod shared;
+mod spec;
 mod text;
 mod vocab;
 
@@ -35,6 +36,7 @@ pub use engine::{Engine, RequestHandle};
 pub use error::EngineError;
 pub use events::{KvEvent, KvEventBatch};
 pub use kiln_sample::{Grammar, SamplerConfig, TokenLogprob};
+pub use kiln_spec::{SpecConfig, SpecMethod, SpecStats};
 pub use metrics::{EngineMetrics, Histogram};
 pub use request::{Event, FinishReason, Request, RequestTimings, Usage};
 pub use text::TokenText;

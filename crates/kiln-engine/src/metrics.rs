@@ -34,6 +34,10 @@ pub struct EngineMetrics {
     pub kv_event_batches_dropped: u64,
     /// Scheduler steps (batched forward passes) run.
     pub steps: u64,
+    /// Speculative decoding, summed over every speculating request: verification rows
+    /// with a draft (`draft_steps`), drafted and accepted tokens, tokens emitted by
+    /// speculating decode rows and their rows without a draft (`plain_steps`).
+    pub spec: kiln_spec::SpecStats,
     pub ttft_seconds: Histogram,
     pub itl_seconds: Histogram,
     pub queue_seconds: Histogram,

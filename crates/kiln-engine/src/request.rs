@@ -24,6 +24,11 @@ pub struct Request {
     pub logprobs: Option<usize>,
     /// Keep generating past end-of-generation tokens.
     pub ignore_eos: bool,
+    /// Speculative decoding for this request: `None` follows the engine
+    /// ([`crate::EngineConfig::spec`]), `Some(false)` opts out, `Some(true)` opts in (with
+    /// the engine's settings, or n-gram defaults when the engine has none). Output does not
+    /// depend on it: greedy output is identical, sampled output has the same distribution.
+    pub speculate: Option<bool>,
 }
 
 impl Request {
@@ -37,6 +42,7 @@ impl Request {
             grammar: None,
             logprobs: None,
             ignore_eos: false,
+            speculate: None,
         }
     }
 }

@@ -31,8 +31,9 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use kiln_kv::KvError;
-use kiln_model::{BatchSeq, ModelError, Session};
+use kiln_model::{BatchSeq, ModelError, SeqId, Session};
 use kiln_sample::Vocab;
+use kiln_spec::{SpecConfig, SpecMethod};
 use kiln_tokenizer::Tokenizer;
 
 use crate::cost::{Candidate, Row, StepCost, Work, prefill_chunks_into};
@@ -63,6 +64,10 @@ struct Sched<'t> {
     buf: StepBuffers,
     /// Token events with text sent in the current step.
     texts: usize,
+    /// Whether the current step scores drafted tokens (`Session::forward_scored`).
+    scored: bool,
+    /// What a request that opts in to speculation uses when the engine has no settings.
+    default_spec: SpecConfig,
 }
 
 /// The working lists of a step, empty between steps and kept for their allocations: after
@@ -81,6 +86,8 @@ struct StepBuffers {
     /// Whether each row asks for logits.
     wants: Vec<bool>,
     finished: Vec<(u64, Result<FinishReason, EngineError>)>,
+    /// After a scoring pass: the positions each row's sequence keeps.
+    settle: Vec<(u64, SeqId, usize)>,
 }
 
 /// An empty row list with `v`'s allocation, for any lifetime: the rows borrow one step's
@@ -134,6 +141,8 @@ pub(crate) fn run(shared: &Shared, session: Session, tok: &Tokenizer) {
         cost: StepCost::default(),
         buf: StepBuffers::default(),
         texts: 0,
+        scored: false,
+        default_spec: SpecConfig::new(SpecMethod::Ngram),
     };
     let probe = shared.config.step_probe.clone();
     s.publish();
@@ -248,6 +257,12 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
 
 impl<'t> Sched<'t> {
     fn intake(&mut self, sub: Submission) {
+        let shared = self.shared;
+        let spec = match sub.request.speculate {
+            Some(false) => None,
+            Some(true) => Some(shared.config.spec.as_ref().unwrap_or(&self.default_spec)),
+            None => shared.config.spec.as_ref(),
+        };
         match Seq::new(
             sub.id,
             sub.request,
@@ -256,6 +271,7 @@ impl<'t> Sched<'t> {
             self.tok,
             &self.vocab,
             self.longest_piece,
+            spec,
         ) {
             Ok(q) => self.waiting.push_back(q),
             Err((tx, e)) => {
@@ -408,9 +424,29 @@ impl<'t> Sched<'t> {
                 .filter(|q| q.remaining() == 1 && q.generated > 0)
                 .map(|q| q.id),
         );
-        for &id in &decoding {
+        //    A speculating sequence's row also carries its draft, within the budget left
+        //    after one token for each sequence still to plan: drafts never crowd out
+        //    another sequence's decode token.
+        self.scored = false;
+        for (i, &id) in decoding.iter().enumerate() {
             if budget == 0 {
                 break;
+            }
+            let later = decoding.len() - i - 1;
+            let d = self.draft(id, budget.saturating_sub(1 + later));
+            if d > 0 && self.reserve_draft(id, 1 + d) {
+                self.plan.push((id, 1 + d));
+                budget -= 1 + d;
+                self.scored = true;
+                continue;
+            }
+            if let Some(sp) = self
+                .running
+                .iter_mut()
+                .find(|q| q.id == id)
+                .and_then(|q| q.spec.as_mut())
+            {
+                sp.undraft();
             }
             if self.reserve(id, 1) {
                 self.plan.push((id, 1));
@@ -489,6 +525,15 @@ impl<'t> Sched<'t> {
             &mut chunks,
         );
         for (p, &n) in pending.iter().zip(&chunks) {
+            // A scoring pass returns the logits of every token of a row that asks for
+            // them: a chunk that would end its prompt stops one token short, so the
+            // prompt's last token comes alone (in this pass if the chunk was that token,
+            // else in the next).
+            let n = if self.scored && n == p.candidate.remaining && n > 1 {
+                n - 1
+            } else {
+                n
+            };
             if n > 0 && self.reserve(p.id, n) {
                 self.plan.push((p.id, n));
                 if let Some(q) = self.running.iter_mut().find(|q| q.id == p.id) {
@@ -508,7 +553,7 @@ impl<'t> Sched<'t> {
             Some(Row {
                 ctx: q.done,
                 n,
-                logits: q.done + n == q.tokens.len(),
+                logits: q.done + n >= q.tokens.len(),
             })
         }));
         let started = Instant::now();
@@ -520,6 +565,35 @@ impl<'t> Sched<'t> {
             self.cost.observe(&work, secs * 1e3);
             self.m.step_seconds.observe(secs);
         }
+    }
+
+    /// Prepares the draft of decoding sequence `id` for this step, at most `cap` tokens
+    /// (and what its context and `max_tokens` leave room for), and returns its length (0:
+    /// a plain decode row). Whether and how much a sequence drafts is its own adaptive
+    /// controller's decision (`kiln_spec::DraftLength`: longer after accepted drafts,
+    /// shorter after rejections, paused when its acceptance is too low to pay).
+    fn draft(&mut self, id: u64, cap: usize) -> usize {
+        let n_ctx = self.shared.config.n_ctx;
+        let Some(q) = self.running.iter_mut().find(|q| q.id == id) else {
+            return 0;
+        };
+        let cap = cap
+            .min(q.max_tokens.saturating_sub(q.generated + 1))
+            .min(n_ctx.saturating_sub(q.done + 1));
+        match q.spec.as_mut() {
+            Some(sp) => sp.draft(&q.tokens, cap),
+            None => 0,
+        }
+    }
+
+    /// Reserves blocks for a drafted row of `n` tokens of running sequence `id` without
+    /// preempting anyone (a draft is not worth a recomputation): false when the pool is
+    /// short.
+    fn reserve_draft(&mut self, id: u64, n: usize) -> bool {
+        let Some(kv) = self.running.iter().find(|q| q.id == id).and_then(|q| q.kv) else {
+            return false;
+        };
+        self.session.reserve(kv, n).is_ok()
     }
 
     /// Admits the first waiting request if the pool can hold its whole remaining prompt on
@@ -587,10 +661,15 @@ impl<'t> Sched<'t> {
         rows.extend(idx.iter().zip(&self.plan).filter_map(|(&i, &(_, n))| {
             let q = &self.running[i];
             let kv = q.kv?;
+            let tokens = match &q.spec {
+                // A drafted decode row: the pending token, then the draft.
+                Some(sp) if q.remaining() == 1 && n > 1 => sp.row(),
+                _ => &q.tokens[q.done..q.done + n],
+            };
             Some(BatchSeq {
                 seq: kv,
-                tokens: &q.tokens[q.done..q.done + n],
-                logits: q.done + n == q.tokens.len(),
+                tokens,
+                logits: q.done + n >= q.tokens.len(),
                 prompt_rows: BatchSeq::prompt_rows_of(q.done, n, q.n_prompt),
             })
         }));
@@ -601,9 +680,14 @@ impl<'t> Sched<'t> {
         let vocab = self.session.model().config().vocab_size;
         let session = &mut self.session;
         let batch = &rows;
+        let scored = self.scored;
         let result = catch_unwind(AssertUnwindSafe(move || {
             let session = session; // moved, not reborrowed: the closure is FnOnce
-            session.forward_batch(batch)
+            if scored {
+                session.forward_scored(batch)
+            } else {
+                session.forward_batch(batch)
+            }
         }));
         self.buf.rows = recycle(rows);
         self.m.steps += 1;
@@ -622,17 +706,51 @@ impl<'t> Sched<'t> {
         let mut k = 0;
         let mut finished = std::mem::take(&mut self.buf.finished);
         finished.clear();
+        let mut settle = std::mem::take(&mut self.buf.settle);
+        settle.clear();
         let plan = std::mem::take(&mut self.plan);
         for (&(id, n), &want) in plan.iter().zip(&wants) {
+            // Logit rows of this row: every token's in a scoring pass, else the last's.
+            let out_rows = match (want, scored) {
+                (false, _) => 0,
+                (true, true) => n,
+                (true, false) => 1,
+            };
+            let base = k;
+            k += out_rows;
             let Some(q) = self.running.iter_mut().find(|q| q.id == id) else {
                 continue;
             };
+            if q.remaining() == 1 && n > 1 {
+                let Some(kv) = q.kv else { continue };
+                let scores = &logits[base * vocab..(base + n) * vocab];
+                let fault = self.shared.config.fault.as_ref();
+                let r = verify_row(q, n - 1, scores, vocab, now, fault, &mut self.m);
+                self.texts += r.texts;
+                // The pending token and the accepted drafts stay; the rest goes.
+                settle.push((id, kv, q.done));
+                if let Some(end) = r.end {
+                    finished.push((id, end));
+                }
+                continue;
+            }
+            if q.remaining() == 1
+                && q.generated > 0
+                && let Some(sp) = q.spec.as_mut()
+            {
+                // A speculating sequence's decode row without a draft.
+                sp.record(0, 0, 1);
+                self.m.spec.plain_steps += 1;
+                self.m.spec.emitted += 1;
+            }
             q.done += n;
+            if scored && let Some(kv) = q.kv {
+                settle.push((id, kv, q.done));
+            }
             if !want {
                 continue;
             }
-            let row = &logits[k * vocab..(k + 1) * vocab];
-            k += 1;
+            let row = &logits[(base + out_rows - 1) * vocab..(base + out_rows) * vocab];
             let itl = &mut self.m.itl_seconds;
             let had_first = q.ttft().is_some();
             let fault = self.shared.config.fault.as_ref();
@@ -660,6 +778,17 @@ impl<'t> Sched<'t> {
         self.plan = plan;
         self.plan.clear();
         self.buf.wants = wants;
+        // After a scoring pass: cut each row's rejected positions, and only then make its
+        // full pages findable by the prefix cache.
+        for &(id, kv, len) in &settle {
+            if let Err(e) = self.session.settle(kv, len)
+                && !finished.iter().any(|f| f.0 == id)
+            {
+                finished.push((id, Err(e.into())));
+            }
+        }
+        settle.clear();
+        self.buf.settle = settle;
         for (id, r) in finished.drain(..) {
             let Some(i) = self.running.iter().position(|q| q.id == id) else {
                 continue;
@@ -700,6 +829,88 @@ impl<'t> Sched<'t> {
         m.prefix_miss_never_seen = st.prefix.miss_never_seen;
         lock(&self.shared.metrics).clone_from(m);
     }
+}
+
+/// What verifying a drafted row did.
+struct Verified {
+    /// Token events with text it sent.
+    texts: usize,
+    /// How the request ended, if it did.
+    end: Option<Result<FinishReason, EngineError>>,
+}
+
+/// Verifies sequence `q`'s drafted row: `scores` holds the target's logits at its
+/// `drafted + 1` positions. Position by position, the sequence's sampler picks the token
+/// exactly as plain decoding would (same chain, same random stream), and a drafted token
+/// is accepted when it is that token. For a deterministic (n-gram) draft this is the
+/// speculative-sampling rule itself — the draft is accepted with probability `p(draft)`
+/// and a rejection leaves `p` without the draft, renormalised — drawn with plain
+/// decoding's own random numbers, so a seeded request's output does not depend on whether
+/// or how much it drafted. Each token is streamed through the same checks as any other
+/// ([`Seq::on_token`]: stop strings, end of generation, grammar, `max_tokens`,
+/// log-probabilities from that position's logits), and verification stops at the first
+/// rejection or at the request's end, so a stop inside an accepted run cuts it there.
+/// Afterwards `q.done` counts the positions its KV sequence keeps (every emitted token but
+/// the last), and `m` counts the tokens and the speculation.
+fn verify_row(
+    q: &mut Seq<'_>,
+    drafted: usize,
+    scores: &[f32],
+    vocab: usize,
+    now: Instant,
+    fault: Option<&crate::FaultPlan>,
+    m: &mut EngineMetrics,
+) -> Verified {
+    let itl = &mut m.itl_seconds;
+    let had_first = q.ttft().is_some();
+    let before = q.tokens.len();
+    let mut texts = 0;
+    let mut accepted = 0;
+    let out = catch_unwind(AssertUnwindSafe(|| {
+        let mut outcome = Outcome::Continue;
+        for j in 0..=drafted {
+            let row = &scores[j * vocab..(j + 1) * vocab];
+            if let Some(f) = fault {
+                inject(f, q);
+            }
+            let draft = q.spec.as_ref().and_then(|s| s.drafted().get(j).copied());
+            let tok = q.sample(row)?;
+            outcome = q.on_token(tok, row, now, |g| itl.observe(g))?;
+            if !matches!(outcome, Outcome::Disconnected) && q.emitted_text() {
+                texts += 1;
+            }
+            let hit = draft == Some(tok);
+            accepted += usize::from(hit);
+            if !hit || !matches!(outcome, Outcome::Continue) {
+                break;
+            }
+        }
+        Ok::<_, EngineError>(outcome)
+    }));
+    let emitted = q.tokens.len() - before;
+    q.done = q.tokens.len() - 1;
+    m.generated_tokens_total += emitted as u64;
+    if !had_first && let Some(t) = q.ttft() {
+        m.ttft_seconds.observe(t);
+    }
+    if out.is_ok()
+        && let Some(sp) = q.spec.as_mut()
+    {
+        sp.record(drafted, accepted, emitted);
+        let s = &mut m.spec;
+        s.emitted += emitted as u64;
+        s.draft_steps += 1;
+        s.drafted += drafted as u64;
+        s.accepted += accepted as u64;
+    }
+    let end = match out {
+        Ok(Ok(Outcome::Continue)) => None,
+        Ok(Ok(Outcome::Finished(f))) => Some(Ok(f)),
+        Ok(Ok(Outcome::Disconnected)) => Some(Ok(FinishReason::Cancelled)),
+        Ok(Err(e)) => Some(Err(e)),
+        Err(p) => Some(Err(EngineError::Panic(panic_text(&*p)))),
+    };
+    Verified { texts, end }
 }
 
 #[cfg(test)]

@@ -6,9 +6,11 @@ use std::time::Instant;
 
 use kiln_model::SeqId;
 use kiln_sample::{Matcher, Sampler, StopStrings, TokenLogprob, Vocab, top_logprobs};
+use kiln_spec::SpecConfig;
 use kiln_tokenizer::{StreamDecoder, Tokenizer};
 
 use crate::channel::Sender;
+use crate::spec::SeqSpec;
 use crate::text::TextPool;
 use crate::{EngineError, Event, FinishReason, Request, RequestTimings, Usage};
 
@@ -26,7 +28,7 @@ pub(crate) enum Outcome {
 pub(crate) struct Seq<'t> {
     pub id: u64,
     tx: Sender<Event>,
-    max_tokens: usize,
+    pub max_tokens: usize,
     logprobs: Option<usize>,
     ignore_eos: bool,
     /// Prompt then generated tokens: what the KV sequence must eventually hold.
@@ -60,12 +62,16 @@ pub(crate) struct Seq<'t> {
     last: Option<Instant>,
     itl_sum: f64,
     itl_max: f64,
+    /// Its speculative decoding, when it speculates.
+    pub spec: Option<SeqSpec>,
 }
 
 impl<'t> Seq<'t> {
     /// Prepares a submitted request (compiles nothing: the grammar is already compiled).
     /// Its text buffers reserve room for pieces of `longest_piece` bytes (the vocabulary's
-    /// longest token), so no token's text grows them.
+    /// longest token), so no token's text grows them. `spec`: how it speculates, if it
+    /// does.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         id: u64,
         request: Request,
@@ -74,6 +80,7 @@ impl<'t> Seq<'t> {
         tok: &'t Tokenizer,
         vocab: &Arc<Vocab>,
         longest_piece: usize,
+        spec: Option<&SpecConfig>,
     ) -> Result<Seq<'t>, (Sender<Event>, EngineError)> {
         let mut stop = match StopStrings::new(request.stop.iter().cloned()) {
             Ok(s) => s,
@@ -127,6 +134,7 @@ impl<'t> Seq<'t> {
             last: None,
             itl_sum: 0.0,
             itl_max: 0.0,
+            spec: spec.map(SeqSpec::new),
         })
     }
 
@@ -141,9 +149,26 @@ impl<'t> Seq<'t> {
         &mut self,
         logits: &[f32],
         now: Instant,
+        itl: impl FnMut(f64),
+    ) -> Result<Outcome, EngineError> {
+        let id = self.sample(logits)?;
+        self.on_token(id, logits, now, itl)
+    }
+
+    /// The token its sampler picks from `logits` (hand it to [`Seq::on_token`]).
+    pub fn sample(&mut self, logits: &[f32]) -> Result<u32, EngineError> {
+        Ok(self.sampler.try_sample(logits)?)
+    }
+
+    /// Streams token `id`, chosen from `logits` by [`Seq::sample`], and decides whether
+    /// the request goes on.
+    pub fn on_token(
+        &mut self,
+        id: u32,
+        logits: &[f32],
+        now: Instant,
         mut itl: impl FnMut(f64),
     ) -> Result<Outcome, EngineError> {
-        let id = self.sampler.try_sample(logits)?;
         self.generated += 1;
         self.tokens.push(id);
         if let Some(prev) = self.last {

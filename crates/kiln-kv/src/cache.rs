@@ -378,10 +378,13 @@ impl KvCache {
         let len = len.min(s.len);
         s.len = len;
         s.keys.truncate(len / bs);
-        let drop: Vec<u32> = s.blocks.drain(keep..).rev().collect();
-        for b in drop {
+        // Released in place, without a list of them: a rollback of rejected speculative
+        // positions runs every engine step, which must not allocate.
+        let mut blocks = std::mem::take(&mut s.blocks);
+        for b in blocks.drain(keep..).rev() {
             self.pool.release(b);
         }
+        self.seq_mut(seq)?.blocks = blocks;
         Ok(())
     }
 

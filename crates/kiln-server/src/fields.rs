@@ -481,6 +481,13 @@ pub const FIELDS: &[Field] = &[
         "true",
         "keep generating past end-of-generation tokens up to `max_tokens`",
     ),
+    f(
+        "speculative",
+        Both,
+        Honoured,
+        "false",
+        "speculative decoding for this request: `false` opts out of the server's default (`kiln serve --spec`), `true` opts in when it is off (n-gram drafts); the output is the same either way",
+    ),
     // Extensions, chat.
     f(
         "add_generation_prompt",

@@ -202,6 +202,37 @@ pub fn render(m: &EngineMetrics, s: &ServerCounters, loading: bool) -> String {
         "Scheduler steps (batched forward passes).",
         m.steps,
     );
+    let spec = &m.spec;
+    counter(
+        &mut o,
+        "kiln_spec_decode_drafts_total",
+        "Speculative decoding: decode rows that carried a draft (verification passes).",
+        spec.draft_steps,
+    );
+    counter(
+        &mut o,
+        "kiln_spec_decode_draft_tokens_total",
+        "Speculative decoding: tokens drafted.",
+        spec.drafted,
+    );
+    counter(
+        &mut o,
+        "kiln_spec_decode_accepted_tokens_total",
+        "Speculative decoding: drafted tokens accepted.",
+        spec.accepted,
+    );
+    gauge(
+        &mut o,
+        "kiln_spec_decode_acceptance_rate",
+        "Speculative decoding: accepted over drafted tokens since start (0 before any draft).",
+        spec.acceptance_rate(),
+    );
+    gauge(
+        &mut o,
+        "kiln_spec_decode_mean_accepted_length",
+        "Speculative decoding: tokens emitted per verification pass with a draft (1 + accepted per draft; 0 before any draft).",
+        spec.mean_accepted_length(),
+    );
     histogram(
         &mut o,
         "kiln_time_to_first_token_seconds",
@@ -314,6 +345,27 @@ pub fn render_vllm(out: &mut String, m: &EngineMetrics, model_name: &str) {
         &ml,
         m.prefix_tokens_saved as f64,
     );
+    family(
+        "vllm:spec_decode_num_drafts_total",
+        "counter",
+        "Number of spec decoding drafts.",
+        &ml,
+        m.spec.draft_steps as f64,
+    );
+    family(
+        "vllm:spec_decode_num_draft_tokens_total",
+        "counter",
+        "Number of draft tokens.",
+        &ml,
+        m.spec.drafted as f64,
+    );
+    family(
+        "vllm:spec_decode_num_accepted_tokens_total",
+        "counter",
+        "Number of accepted tokens.",
+        &ml,
+        m.spec.accepted as f64,
+    );
 }
 
 /// Parses exposition text into `(name with labels, value)` pairs (for tests and the
@@ -333,6 +385,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn speculative_counters_appear_under_kilns_names_and_vllms() {
+        let m = EngineMetrics {
+            spec: kiln_engine::SpecStats {
+                draft_steps: 4,
+                drafted: 10,
+                accepted: 6,
+                emitted: 10,
+                plain_steps: 1,
+            },
+            ..EngineMetrics::default()
+        };
+        let mut text = render(&m, &ServerCounters::default(), false);
+        render_vllm(&mut text, &m, "m");
+        let p = parse(&text);
+        let get = |k: &str| p.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
+        assert_eq!(get("kiln_spec_decode_drafts_total"), Some(4.0));
+        assert_eq!(get("kiln_spec_decode_draft_tokens_total"), Some(10.0));
+        assert_eq!(get("kiln_spec_decode_accepted_tokens_total"), Some(6.0));
+        assert_eq!(get("kiln_spec_decode_acceptance_rate"), Some(0.6));
+        assert_eq!(get("kiln_spec_decode_mean_accepted_length"), Some(2.5));
+        let vllm = |k: &str| get(&format!("vllm:{k}{{model_name=\"m\"}}"));
+        assert_eq!(vllm("spec_decode_num_drafts_total"), Some(4.0));
+        assert_eq!(vllm("spec_decode_num_draft_tokens_total"), Some(10.0));
+        assert_eq!(vllm("spec_decode_num_accepted_tokens_total"), Some(6.0));
+    }
+
+    #[test]
     fn exposition_has_types_histogram_buckets_and_parses_back() {
         let mut h = Histogram::with_bounds(&[0.1, 1.0]);
         h.observe(0.05);
@@ -347,6 +426,7 @@ mod tests {
         };
         let text = render(&m, &ServerCounters::default(), false);
         assert!(text.contains("# TYPE kiln_time_to_first_token_seconds histogram"));
+        assert!(text.contains("# TYPE kiln_spec_decode_accepted_tokens_total counter"));
         let p = parse(&text);
         let get = |k: &str| p.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
         assert_eq!(get("kiln_kv_blocks_used"), Some(3.0));

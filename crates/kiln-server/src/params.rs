@@ -31,6 +31,8 @@ pub struct Params {
     /// `None`: as much as the context leaves.
     pub max_tokens: Option<usize>,
     pub ignore_eos: bool,
+    /// `None`: the server's default (`kiln serve --spec`).
+    pub speculate: Option<bool>,
 }
 
 /// Reads the shared fields. `max_tokens` is the endpoint's (completions: `max_tokens`,
@@ -219,6 +221,7 @@ pub fn parse(
         include_usage,
         max_tokens,
         ignore_eos: c.ignore_eos.unwrap_or(false),
+        speculate: c.speculative,
     })
 }
 
@@ -449,6 +452,7 @@ pub fn requests(
             grammar: p.grammar.clone(),
             logprobs: p.logprobs,
             ignore_eos: p.ignore_eos,
+            speculate: p.speculate,
         })
         .collect())
 }

@@ -95,6 +95,10 @@ pub struct Common {
     /// vLLM and llama.cpp's server accept; benchmarks use it for fixed-length outputs).
     #[serde(default)]
     pub ignore_eos: Option<bool>,
+    /// Speculative decoding for this request (`false` opts out of the server's default,
+    /// `true` opts in when it is off); output is the same either way.
+    #[serde(default)]
+    pub speculative: Option<bool>,
     // llama.cpp / vLLM sampling extensions.
     #[serde(default)]
     pub top_k: Option<i64>,
