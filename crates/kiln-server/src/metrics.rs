@@ -393,6 +393,7 @@ mod tests {
                 accepted: 6,
                 emitted: 10,
                 plain_steps: 1,
+                ..kiln_engine::SpecStats::default()
             },
             ..EngineMetrics::default()
         };
