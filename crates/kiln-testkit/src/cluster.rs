@@ -160,7 +160,7 @@ pub struct ReplicaSpec {
     pub bin: PathBuf,
     /// `--model` (a known name or a path).
     pub model: String,
-    /// `--kv-memory` (`24M`: about 68 blocks of 16 tokens of SmolLM2-135M).
+    /// `--kv-memory` (`16M`: about 45 blocks of 16 tokens of SmolLM2-135M).
     pub kv_memory: String,
     /// `--ctx-size`.
     pub ctx: usize,

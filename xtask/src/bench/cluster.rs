@@ -30,10 +30,10 @@ pub struct ClusterArgs {
     #[arg(long, default_value_t = 3, value_parser = positive)]
     replicas: usize,
     /// Documents (shared prefixes).
-    #[arg(long, default_value_t = 8, value_parser = positive)]
+    #[arg(long, default_value_t = 6, value_parser = positive)]
     groups: usize,
     /// Requests per document.
-    #[arg(long, default_value_t = 12, value_parser = positive)]
+    #[arg(long, default_value_t = 8, value_parser = positive)]
     per_group: usize,
     /// Words per document (about 1.3 tokens each).
     #[arg(long, default_value_t = 200, value_parser = positive)]
@@ -42,19 +42,20 @@ pub struct ClusterArgs {
     #[arg(long, default_value_t = 3, value_parser = positive)]
     clients: usize,
     /// `max_tokens` per request.
-    #[arg(long, default_value_t = 8, value_parser = positive)]
+    #[arg(long, default_value_t = 4, value_parser = positive)]
     max_tokens: usize,
-    /// `--kv-memory` of each replica (24M: about 68 blocks of 16 tokens of SmolLM2-135M).
-    #[arg(long, default_value = "24M")]
+    /// `--kv-memory` of each replica (16M: about 45 blocks of 16 tokens of SmolLM2-135M, two
+    /// documents beside a running request).
+    #[arg(long, default_value = "16M")]
     kv_memory: String,
     /// `--ctx-size` of each replica.
-    #[arg(long, default_value_t = 1024, value_parser = positive)]
+    #[arg(long, default_value_t = 512, value_parser = positive)]
     ctx: usize,
     /// `--threads` of each replica.
     #[arg(long, default_value_t = 1, value_parser = positive)]
     threads: usize,
     /// `--shutdown-delay` of each replica, seconds (above the router's 1 s health checks).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 4)]
     shutdown_delay: u64,
     /// The policies compared (repeatable; default all three).
     #[arg(long = "policy", value_parser = Policy::parse)]
