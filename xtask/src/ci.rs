@@ -84,7 +84,8 @@ pub fn run(skip: &[String]) -> Result<(), XtaskError> {
 }
 
 /// Python modules the tests run independent clients with (kiln-server's `tests/python/`
-/// and `tests/clients/`, and `deploy/check_deploy.py`): import name, PyPI name.
+/// and `tests/clients/`, and `deploy/check_deploy.py`), and the router kiln-cli's cluster
+/// test puts in front of replicas: import name, PyPI name.
 const PYTHON_MODULES: &[(&str, &str)] = &[
     ("prometheus_client", "prometheus_client"),
     ("zmq", "pyzmq"),
@@ -93,6 +94,7 @@ const PYTHON_MODULES: &[(&str, &str)] = &[
     ("openai", "openai"),
     ("anthropic", "anthropic"),
     ("jsonschema", "jsonschema"),
+    ("vllm_router.launch_router", "vllm-router"),
 ];
 
 /// Installs with `python3 -m pip install` the modules of [`PYTHON_MODULES`] that do not

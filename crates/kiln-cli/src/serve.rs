@@ -104,6 +104,11 @@ pub struct ServeArgs {
     /// only.
     #[command(flatten)]
     spec: crate::args::spec::SpecArgs,
+    /// How each KV event is laid out: array (vLLM's array-like structs, as the Gateway API
+    /// Inference Extension reads them) or map (tagged by `type`, as vllm-router's kv_aware
+    /// policy reads them).
+    #[arg(long, default_value = "array", value_name = "FORMAT", value_parser = kv_event_encoding)]
+    kv_events_format: kiln_server::kv_events::KvEventEncoding,
     /// A Jinja file to use as the chat template instead of the model's own.
     #[arg(long, value_name = "FILE")]
     chat_template: Option<PathBuf>,
@@ -395,6 +400,7 @@ fn load(args: &ServeArgs, threads: usize) -> Result<Backend, CliError> {
             kiln_server::kv_events::KvEventsConfig {
                 endpoint: endpoint.clone(),
                 topic: args.kv_events_topic.clone(),
+                encoding: args.kv_events_format,
             },
         )
         .map_err(|e| CliError::Usage(e.to_string()))?;
@@ -429,4 +435,16 @@ fn load(args: &ServeArgs, threads: usize) -> Result<Backend, CliError> {
         model_id,
         aliases,
     })
+}
+
+/// Parses `--kv-events-format`.
+fn kv_event_encoding(v: &str) -> Result<kiln_server::kv_events::KvEventEncoding, String> {
+    use kiln_server::kv_events::KvEventEncoding;
+    match v {
+        "array" => Ok(KvEventEncoding::Array),
+        "map" => Ok(KvEventEncoding::Map),
+        _ => Err(format!(
+            "{v:?} is not a KV-event format (supported: array, map)"
+        )),
+    }
 }

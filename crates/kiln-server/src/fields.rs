@@ -488,6 +488,29 @@ pub const FIELDS: &[Field] = &[
         "false",
         "speculative decoding for this request: `false` opts out of the server's default (`kiln serve --spec`), `true` opts in when it is off (n-gram drafts); the output is the same either way",
     ),
+    // Fields vllm-router (SGLang's request types) adds to every body it forwards, with
+    // these defaults; each is Kiln's behaviour.
+    f(
+        "no_stop_trim",
+        Both,
+        Refused,
+        "true",
+        "stop strings are always trimmed from the text (`false` is accepted)",
+    ),
+    f(
+        "skip_special_tokens",
+        Both,
+        Refused,
+        "false",
+        "special tokens are always left out of the text (`true` is accepted)",
+    ),
+    f(
+        "return_hidden_states",
+        Both,
+        Refused,
+        "true",
+        "hidden states are not returned (`false` is accepted)",
+    ),
     // Extensions, chat.
     f(
         "add_generation_prompt",
@@ -502,6 +525,29 @@ pub const FIELDS: &[Field] = &[
         Honoured,
         "true",
         "continue the last message instead of starting a new one (not with `add_generation_prompt: true`)",
+    ),
+    // vllm-router's defaults again (reasoning is split into `reasoning_content` when the
+    // template has it, and streamed).
+    f(
+        "separate_reasoning",
+        Chat,
+        Refused,
+        "false",
+        "reasoning is always split into `reasoning_content` (`true` is accepted)",
+    ),
+    f(
+        "stream_reasoning",
+        Chat,
+        Refused,
+        "false",
+        "reasoning is always streamed as it comes (`true` is accepted)",
+    ),
+    f(
+        "include_reasoning",
+        Chat,
+        Refused,
+        "false",
+        "reasoning is always included (`true` is accepted)",
     ),
 ];
 
@@ -677,6 +723,10 @@ fn accepted_anyway(name: &str, v: &Value, obj: &Map<String, Value>) -> bool {
         "function_call" => v.as_str() == Some("none"),
         "modalities" => v.as_array().is_some_and(|a| a.iter().all(|m| m == "text")),
         "mcp_servers" => v.as_array().is_some_and(Vec::is_empty),
+        "no_stop_trim" | "return_hidden_states" => v == &Value::Bool(false),
+        "skip_special_tokens" | "separate_reasoning" | "stream_reasoning" | "include_reasoning" => {
+            v == &Value::Bool(true)
+        }
         _ => false,
     }
 }

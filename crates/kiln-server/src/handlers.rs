@@ -430,7 +430,8 @@ fn engine_requests(
 }
 
 /// The answer of the render endpoints: the token ids the engine would be given, one entry
-/// per prompt (the first prompt's also at the top level).
+/// per prompt (the first prompt's also at the top level, as `prompt_token_ids` and as
+/// `token_ids`, the name vLLM's render answer and vllm-router's `kv_aware` policy use).
 fn rendered(b: &Backend, requests: Vec<(usize, bool, Request)>) -> Result<Response, ApiError> {
     let prompts: Vec<Value> = requests
         .into_iter()
@@ -445,6 +446,7 @@ fn rendered(b: &Backend, requests: Vec<(usize, bool, Request)>) -> Result<Respon
     Ok(axum::Json(serde_json::json!({
         "object": "render",
         "model": b.model_id,
+        "token_ids": first.clone(),
         "prompt_token_ids": first,
         "prompts": prompts,
     }))

@@ -8,6 +8,9 @@
 //! `[ts, [event, …]]` with `["BlockStored", [hash], parent_hash | nil, [token ids],
 //! block_size, nil (lora_id), "GPU" (medium), nil (lora_name)]`, `["BlockRemoved",
 //! [hash], "GPU"]` and `["AllBlocksCleared"]`. Hashes are unsigned 64-bit integers.
+//! With [`KvEventEncoding::Map`] each event is instead a map tagged by `type` with the same
+//! fields by name (`{"type": "BlockStored", "block_hashes": [hash], "parent_block_hash":
+//! …}`): vllm-router's `kv_aware` policy decodes only that form.
 //!
 //! The publisher runs on a thread of its own and takes batches from the engine's bounded
 //! queue, so a slow or absent subscriber never stalls the scheduler (the engine drops and
@@ -25,6 +28,20 @@ pub struct KvEventsConfig {
     /// The first frame of every message (`""`: vLLM's default; the Gateway API Inference
     /// Extension expects `kv@<pod>@<model>`).
     pub topic: String,
+    /// How each event is laid out in the payload.
+    pub encoding: KvEventEncoding,
+}
+
+/// The msgpack layout of one event (the batch is `[ts, [event, …]]` either way).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvEventEncoding {
+    /// vLLM's array-like structs, the tag first: `["BlockStored", [hash], parent, …]`
+    /// (what msgspec's `array_like` structs and the Gateway API Inference Extension read).
+    #[default]
+    Array,
+    /// Maps tagged by `type` with named fields: `{"type": "BlockStored", "block_hashes":
+    /// [hash], …}` (what vllm-router's `kv_aware` policy reads).
+    Map,
 }
 
 /// Publishing could not start.
@@ -82,14 +99,29 @@ fn uint(out: &mut Vec<u8>, v: u64) {
 
 const NIL: u8 = 0xc0;
 
+/// msgpack map header of `n` entries (`n` < 16: every event has at most 8 fields).
+fn map(out: &mut Vec<u8>, n: usize) {
+    debug_assert!(n < 16);
+    out.push(0x80 | n as u8);
+}
+
 /// The msgpack payload of one batch (vLLM's `KVEventBatch`, array-like).
 pub fn encode_batch(batch: &KvEventBatch, out: &mut Vec<u8>) {
+    encode_batch_as(batch, KvEventEncoding::Array, out);
+}
+
+/// The msgpack payload of one batch, each event laid out as `encoding` says.
+pub fn encode_batch_as(batch: &KvEventBatch, encoding: KvEventEncoding, out: &mut Vec<u8>) {
     out.clear();
     array(out, 2);
     out.push(0xcb);
     out.extend_from_slice(&batch.ts.to_be_bytes());
     array(out, batch.events.len());
     for e in &batch.events {
+        if encoding == KvEventEncoding::Map {
+            encode_map_event(e, batch.block_size, out);
+            continue;
+        }
         match e {
             KvEvent::BlockStored {
                 hash,
@@ -124,6 +156,57 @@ pub fn encode_batch(batch: &KvEventBatch, out: &mut Vec<u8>) {
                 array(out, 1);
                 string(out, "AllBlocksCleared");
             }
+        }
+    }
+}
+
+/// One event as a map tagged by `type`, the fields named as vLLM names them.
+fn encode_map_event(e: &KvEvent, block_size: usize, out: &mut Vec<u8>) {
+    match e {
+        KvEvent::BlockStored {
+            hash,
+            parent,
+            tokens,
+        } => {
+            map(out, 8);
+            string(out, "type");
+            string(out, "BlockStored");
+            string(out, "block_hashes");
+            array(out, 1);
+            uint(out, *hash);
+            string(out, "parent_block_hash");
+            match parent {
+                Some(p) => uint(out, *p),
+                None => out.push(NIL),
+            }
+            string(out, "token_ids");
+            array(out, tokens.len());
+            for &t in tokens {
+                uint(out, u64::from(t));
+            }
+            string(out, "block_size");
+            uint(out, block_size as u64);
+            string(out, "lora_id");
+            out.push(NIL);
+            string(out, "medium");
+            string(out, "GPU");
+            string(out, "lora_name");
+            out.push(NIL);
+        }
+        KvEvent::BlockRemoved { hash } => {
+            map(out, 3);
+            string(out, "type");
+            string(out, "BlockRemoved");
+            string(out, "block_hashes");
+            array(out, 1);
+            uint(out, *hash);
+            string(out, "medium");
+            string(out, "GPU");
+        }
+        KvEvent::AllBlocksCleared => {
+            map(out, 1);
+            string(out, "type");
+            string(out, "AllBlocksCleared");
         }
     }
 }
@@ -179,16 +262,21 @@ pub fn start(
     .map_err(|e| bad(e.to_string()))?;
     std::thread::Builder::new()
         .name("kiln-kv-events".into())
-        .spawn(move || rt.block_on(publish(socket, rx, config.topic)))
+        .spawn(move || rt.block_on(publish(socket, rx, config.topic, config.encoding)))
         .map_err(KvEventsError::Thread)
 }
 
-async fn publish(mut socket: zeromq::PubSocket, rx: flume::Receiver<KvEventBatch>, topic: String) {
+async fn publish(
+    mut socket: zeromq::PubSocket,
+    rx: flume::Receiver<KvEventBatch>,
+    topic: String,
+    encoding: KvEventEncoding,
+) {
     let mut payload = Vec::with_capacity(4096);
     let mut seq: u64 = 0;
     let topic = Bytes::from(topic.into_bytes());
     while let Ok(batch) = rx.recv_async().await {
-        encode_batch(&batch, &mut payload);
+        encode_batch_as(&batch, encoding, &mut payload);
         let frames = vec![
             topic.clone(),
             Bytes::copy_from_slice(&seq.to_be_bytes()),
@@ -259,5 +347,67 @@ mod tests {
         want.extend_from_slice(&[0xa3]);
         want.extend_from_slice(b"GPU");
         assert_eq!(out, want);
+    }
+
+    #[test]
+    fn map_encoding_tags_each_event_by_type_with_named_fields() {
+        let batch = KvEventBatch {
+            ts: 2.0,
+            block_size: 16,
+            events: vec![
+                KvEvent::AllBlocksCleared,
+                KvEvent::BlockStored {
+                    hash: 7,
+                    parent: Some(6),
+                    tokens: vec![3],
+                },
+                KvEvent::BlockRemoved { hash: 7 },
+            ],
+        };
+        let mut out = Vec::new();
+        encode_batch_as(&batch, KvEventEncoding::Map, &mut out);
+        let mut want = vec![0x92, 0xcb];
+        want.extend_from_slice(&2.0f64.to_be_bytes());
+        want.push(0x93);
+        let s = |w: &mut Vec<u8>, t: &str| {
+            w.push(0xa0 | t.len() as u8);
+            w.extend_from_slice(t.as_bytes());
+        };
+        want.push(0x81);
+        s(&mut want, "type");
+        s(&mut want, "AllBlocksCleared");
+        want.push(0x88);
+        s(&mut want, "type");
+        s(&mut want, "BlockStored");
+        s(&mut want, "block_hashes");
+        want.extend_from_slice(&[0x91, 7]);
+        s(&mut want, "parent_block_hash");
+        want.push(6);
+        s(&mut want, "token_ids");
+        want.extend_from_slice(&[0x91, 3]);
+        s(&mut want, "block_size");
+        want.push(16);
+        s(&mut want, "lora_id");
+        want.push(NIL);
+        s(&mut want, "medium");
+        s(&mut want, "GPU");
+        s(&mut want, "lora_name");
+        want.push(NIL);
+        want.push(0x83);
+        s(&mut want, "type");
+        s(&mut want, "BlockRemoved");
+        s(&mut want, "block_hashes");
+        want.extend_from_slice(&[0x91, 7]);
+        s(&mut want, "medium");
+        s(&mut want, "GPU");
+        assert_eq!(out, want);
+        // The array form of the same batch is unchanged by the map form's existence.
+        let mut array_form = Vec::new();
+        encode_batch(&batch, &mut array_form);
+        assert_ne!(array_form, out);
+        assert_eq!(
+            array_form[11], 0x91,
+            "AllBlocksCleared as a one-element array"
+        );
     }
 }

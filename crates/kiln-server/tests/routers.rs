@@ -457,6 +457,7 @@ fn kv_events_reach_a_pyzmq_subscriber_parents_first_and_removals_name_stored_blo
         kiln_server::kv_events::KvEventsConfig {
             endpoint: endpoint.clone(),
             topic: topic.into(),
+            encoding: kiln_server::kv_events::KvEventEncoding::Array,
         },
     )
     .expect("publisher");

@@ -7,11 +7,14 @@
 //! - [`server`] (feature `server`): a model loaded for serving and an in-process server on a
 //!   free loopback port; [`vocab`]: the tokenizer as the sampler sees it;
 //! - [`soak`]: the soak load generator (`cargo xtask bench soak` and the server's soak test);
+//! - [`cluster`]: `kiln serve` replicas behind the real vllm-router and a shared-prefix
+//!   workload (`cargo xtask bench cluster` and kiln-cli's cluster test);
 //! - [`hf_model`], [`hf_tokenizer`]: Hugging Face checkpoints and tokenizer files made from
 //!   a GGUF model, so the cross-format tests need no Python and no committed fixtures.
 //!
 //! A dev-dependency only (`publish = false`); no library crate depends on it.
 
+pub mod cluster;
 pub mod hf_model;
 pub mod hf_tokenizer;
 #[cfg(feature = "server")]

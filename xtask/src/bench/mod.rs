@@ -1,4 +1,4 @@
-//! `cargo xtask bench perf | kl | latency | convoy | soak | spec`: the benchmark suites. Each builds
+//! `cargo xtask bench perf | kl | latency | convoy | soak | spec | cluster`: the benchmark suites. Each builds
 //! the release `kiln` binary, drives it as a user would, and writes JSON, Markdown and SVG
 //! plots under `<target>/kiln-bench/<suite>/`.
 //!
@@ -7,6 +7,7 @@
 //! [`bandwidth`]. Nothing points back up.
 
 pub mod bandwidth;
+pub mod cluster;
 pub mod common;
 pub mod convoy;
 pub mod kl;
@@ -40,6 +41,10 @@ pub enum Suite {
     /// without drafts, acceptance, greedy outputs checked identical; llama.cpp's
     /// `llama-lookup` / `llama-speculative` alongside when a build is given.
     Spec(spec::SpecArgs),
+    /// Scale-out: replicas of `kiln serve` behind the real vllm-router, `round_robin` vs
+    /// `cache_aware` vs `kv_aware` (prefix tokens reused, TTFT, failures) on a shared-prefix
+    /// workload, and a replica SIGTERMed mid-run with nothing lost.
+    Cluster(cluster::ClusterArgs),
 }
 
 pub fn run(suite: &Suite) -> Result<(), XtaskError> {
@@ -51,5 +56,6 @@ pub fn run(suite: &Suite) -> Result<(), XtaskError> {
         Suite::Convoy(a) => convoy::run(a),
         Suite::Soak(a) => soak::run(a),
         Suite::Spec(a) => spec::run(a),
+        Suite::Cluster(a) => cluster::run(a),
     }
 }

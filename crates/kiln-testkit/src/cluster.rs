@@ -1,0 +1,822 @@
+//! Several `kiln serve` replicas behind the real vllm-router, a shared-prefix workload
+//! through it, and what the replicas report about prefix reuse: shared by `cargo xtask
+//! bench cluster` and kiln-cli's cluster test. HTTP only (`ureq`), like [`crate::soak`].
+//!
+//! - [`Replicas::start`]: N `kiln serve` processes on free loopback ports, each with its
+//!   own KV-event endpoint (`--kv-events tcp://127.0.0.1:PORT`, map-encoded events: the form
+//!   vllm-router's `kv_aware` policy decodes) and a small KV pool so that eviction matters;
+//! - [`Router::start`]: `python3 -m vllm_router.launch_router` (the `vllm-router` command's
+//!   own entry point) with one [`Policy`], fast health checks, and for `kv_aware` one
+//!   `--kv-event-source` per replica; a missing vllm-router is a [`ClusterError`] naming
+//!   `pip install vllm-router`;
+//! - [`Workload`]: groups of requests sharing a long document prefix with distinct
+//!   questions after it, in a seeded shuffled order, streamed by a few concurrent clients;
+//!   [`run`] measures TTFT (to the first chunk with text) and counts failures;
+//! - [`Counters`]: prefix tokens reused and requests, summed from every replica's own
+//!   `/metrics` (`kiln_prefix_cache_tokens_saved_total`, `kiln_requests_total`).
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::soak::{Rng, metric};
+
+/// What went wrong starting or driving the cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error(
+        "vllm-router is not installed for python3 ({detail}); install it with `pip install vllm-router`"
+    )]
+    RouterMissing { detail: String },
+    #[error("cannot start {what}: {source}")]
+    Spawn {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error("{what} exited while starting ({status}); its log:\n{log}")]
+    Exited {
+        what: String,
+        status: ExitStatus,
+        log: String,
+    },
+    #[error("{what} was not ready after {secs} s; its log:\n{log}")]
+    NotReady {
+        what: String,
+        secs: u64,
+        log: String,
+    },
+    #[error("no free loopback port: {0}")]
+    Port(std::io::Error),
+    #[error("cannot read the /metrics of the replica at {0}")]
+    Metrics(String),
+    #[error("cannot send SIGTERM to process {pid}: {detail}")]
+    Signal { pid: u32, detail: String },
+}
+
+/// A port nothing listens on right now (bound, read, released).
+fn free_port() -> Result<u16, ClusterError> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(ClusterError::Port)?;
+    Ok(l.local_addr().map_err(ClusterError::Port)?.port())
+}
+
+/// `http://127.0.0.1:PORT`
+fn base(port: u16) -> String {
+    format!("http://127.0.0.1:{port}")
+}
+
+fn agent(timeout: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(timeout))
+        .build()
+        .into()
+}
+
+/// `GET url`: status and body, `None` when nothing answered.
+fn get(url: &str) -> Option<(u16, String)> {
+    let mut r = agent(Duration::from_secs(5)).get(url).call().ok()?;
+    let status = r.status().as_u16();
+    Some((status, r.body_mut().read_to_string().ok()?))
+}
+
+fn read_log(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    // The end says why; keep it short.
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// A child process with its log file, killed when dropped.
+struct Proc {
+    what: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Proc {
+    fn spawn(what: String, cmd: &mut Command, log: PathBuf) -> Result<Proc, ClusterError> {
+        let spawn_err = |source| ClusterError::Spawn {
+            what: what.clone(),
+            source,
+        };
+        let out = std::fs::File::create(&log).map_err(spawn_err)?;
+        let err = out.try_clone().map_err(spawn_err)?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(spawn_err)?;
+        Ok(Proc { what, child, log })
+    }
+
+    /// Waits until `GET url` answers 200, failing when the process exits first or `secs`
+    /// pass.
+    fn wait_ready(&mut self, url: &str, secs: u64) -> Result<(), ClusterError> {
+        let t = Instant::now();
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(ClusterError::Exited {
+                    what: self.what.clone(),
+                    status,
+                    log: read_log(&self.log),
+                });
+            }
+            if get(url).is_some_and(|(s, _)| s == 200) {
+                return Ok(());
+            }
+            if t.elapsed() > Duration::from_secs(secs) {
+                return Err(ClusterError::NotReady {
+                    what: self.what.clone(),
+                    secs,
+                    log: read_log(&self.log),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// How the replicas are started.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReplicaSpec {
+    /// The `kiln` binary.
+    pub bin: PathBuf,
+    /// `--model` (a known name or a path).
+    pub model: String,
+    /// `--kv-memory` (`16M`: about 45 blocks of 16 tokens of SmolLM2-135M).
+    pub kv_memory: String,
+    /// `--ctx-size`.
+    pub ctx: usize,
+    /// `--threads` of each replica.
+    pub threads: usize,
+    /// `--shutdown-delay` seconds.
+    pub shutdown_delay: u64,
+    /// Where the logs go.
+    pub log_dir: PathBuf,
+}
+
+/// One running `kiln serve`.
+pub struct Replica {
+    proc: Proc,
+    pub port: u16,
+    pub events_port: u16,
+}
+
+impl Replica {
+    pub fn url(&self) -> String {
+        base(self.port)
+    }
+
+    /// `tcp://127.0.0.1:PORT`, its KV-event endpoint.
+    pub fn events(&self) -> String {
+        format!("tcp://127.0.0.1:{}", self.events_port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.proc.child.id()
+    }
+
+    /// Sends SIGTERM (the replica keeps serving for its shutdown delay, `/health` 503).
+    pub fn sigterm(&self) -> Result<(), ClusterError> {
+        let pid = self.pid();
+        let out = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .output()
+            .map_err(|e| ClusterError::Signal {
+                pid,
+                detail: e.to_string(),
+            })?;
+        if !out.status.success() {
+            return Err(ClusterError::Signal {
+                pid,
+                detail: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Waits up to `wait` for the process to exit; its status, `None` if still running.
+    pub fn wait_exit(&mut self, wait: Duration) -> Option<ExitStatus> {
+        let t = Instant::now();
+        loop {
+            if let Ok(Some(s)) = self.proc.child.try_wait() {
+                return Some(s);
+            }
+            if t.elapsed() > wait {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// The replicas of one run.
+pub struct Replicas {
+    pub list: Vec<Replica>,
+}
+
+impl Replicas {
+    /// Starts `n` replicas and waits until each answers `/health` with 200.
+    pub fn start(spec: &ReplicaSpec, n: usize, tag: &str) -> Result<Replicas, ClusterError> {
+        let mut list = Vec::with_capacity(n);
+        for i in 0..n {
+            let port = free_port()?;
+            let events_port = free_port()?;
+            let mut cmd = Command::new(&spec.bin);
+            cmd.args(["serve", "--model", &spec.model])
+                .args(["--port", &port.to_string()])
+                .args(["--threads", &spec.threads.to_string()])
+                .args(["--ctx-size", &spec.ctx.to_string()])
+                .args(["--kv-memory", &spec.kv_memory])
+                .args(["--shutdown-delay", &spec.shutdown_delay.to_string()])
+                .args(["--drain-timeout", "30"])
+                .args(["--kv-events", &format!("tcp://*:{events_port}")])
+                .args(["--kv-events-format", "map"]);
+            let log = spec.log_dir.join(format!("{tag}-replica{i}.log"));
+            let proc = Proc::spawn(format!("kiln serve replica {i}"), &mut cmd, log)?;
+            list.push(Replica {
+                proc,
+                port,
+                events_port,
+            });
+        }
+        for r in &mut list {
+            let url = format!("{}/health", r.url());
+            r.proc.wait_ready(&url, 120)?;
+        }
+        Ok(Replicas { list })
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.list.iter().map(Replica::url).collect()
+    }
+
+    /// The counters of every replica still answering (a drained one counts as its last
+    /// reading in [`Counters::since`]).
+    pub fn counters(&self) -> Result<Vec<Counters>, ClusterError> {
+        self.list.iter().map(|r| Counters::read(&r.url())).collect()
+    }
+}
+
+/// What one replica's `/metrics` says about prefix reuse and requests.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Counters {
+    /// `kiln_prefix_cache_tokens_saved_total`: prompt tokens whose KV came from the cache.
+    pub reused_tokens: f64,
+    /// `kiln_prefix_cache_query_tokens_total`: prompt tokens looked up.
+    pub query_tokens: f64,
+    /// `kiln_requests_total`, every outcome.
+    pub requests: f64,
+}
+
+impl Counters {
+    pub fn read(url: &str) -> Result<Counters, ClusterError> {
+        let (status, text) = get(&format!("{url}/metrics"))
+            .filter(|(s, _)| *s == 200)
+            .ok_or_else(|| ClusterError::Metrics(url.to_string()))?;
+        debug_assert_eq!(status, 200);
+        let requests = text
+            .lines()
+            .filter(|l| l.starts_with("kiln_requests_total"))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum();
+        Ok(Counters {
+            reused_tokens: metric(&text, "kiln_prefix_cache_tokens_saved_total").unwrap_or(0.0),
+            query_tokens: metric(&text, "kiln_prefix_cache_query_tokens_total").unwrap_or(0.0),
+            requests,
+        })
+    }
+
+    /// `self - before`, field by field.
+    pub fn since(self, before: Counters) -> Counters {
+        Counters {
+            reused_tokens: self.reused_tokens - before.reused_tokens,
+            query_tokens: self.query_tokens - before.query_tokens,
+            requests: self.requests - before.requests,
+        }
+    }
+}
+
+/// vllm-router's routing policies compared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Policy {
+    RoundRobin,
+    CacheAware,
+    KvAware,
+}
+
+impl Policy {
+    pub const ALL: [Policy; 3] = [Policy::RoundRobin, Policy::CacheAware, Policy::KvAware];
+
+    /// vllm-router's `--policy` value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::RoundRobin => "round_robin",
+            Policy::CacheAware => "cache_aware",
+            Policy::KvAware => "kv_aware",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Policy, String> {
+        Policy::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| {
+                format!("{s:?} is not a policy (supported: round_robin, cache_aware, kv_aware)")
+            })
+    }
+}
+
+/// Fails with [`ClusterError::RouterMissing`] unless `python3` can import vllm-router.
+pub fn router_available() -> Result<(), ClusterError> {
+    let out = Command::new("python3")
+        .args(["-c", "import vllm_router.launch_router"])
+        .output()
+        .map_err(|e| ClusterError::RouterMissing {
+            detail: format!("cannot run python3: {e}"),
+        })?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        let err = String::from_utf8_lossy(&out.stderr);
+        Err(ClusterError::RouterMissing {
+            detail: err.lines().last().unwrap_or("import failed").to_string(),
+        })
+    }
+}
+
+/// A running vllm-router.
+pub struct Router {
+    _proc: Proc,
+    pub port: u16,
+}
+
+impl Router {
+    pub fn url(&self) -> String {
+        base(self.port)
+    }
+
+    /// Starts vllm-router with `policy` in front of `replicas` and waits until it answers
+    /// `/health`. Health checks every second, one failure takes a replica out of rotation
+    /// (keep that below the replicas' shutdown delay); `kv_aware` subscribes to each
+    /// replica's events, 16-token blocks.
+    pub fn start(
+        policy: Policy,
+        replicas: &Replicas,
+        model: &str,
+        log_dir: &Path,
+    ) -> Result<Router, ClusterError> {
+        router_available()?;
+        let port = free_port()?;
+        let metrics_port = free_port()?;
+        let mut cmd = Command::new("python3");
+        cmd.args(["-m", "vllm_router.launch_router"])
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--policy", policy.name()])
+            .args(["--prometheus-port", &metrics_port.to_string()])
+            .args(["--health-check-interval-secs", "1"])
+            .args(["--health-failure-threshold", "1"])
+            .args(["--health-success-threshold", "1"])
+            .args(["--health-check-timeout-secs", "2"])
+            .args(["--worker-startup-check-interval", "1"])
+            .args(["--log-level", "warning"])
+            .arg("--worker-urls")
+            .args(replicas.urls());
+        if policy == Policy::KvAware {
+            for r in &replicas.list {
+                cmd.arg("--kv-event-source")
+                    .arg(format!("{}={}", r.url(), r.events()));
+            }
+            cmd.args(["--kv-event-block-size", "16", "--kv-event-model", model]);
+        }
+        let log = log_dir.join(format!("router-{}.log", policy.name()));
+        let mut proc = Proc::spawn(
+            format!("vllm-router --policy {}", policy.name()),
+            &mut cmd,
+            log,
+        )?;
+        proc.wait_ready(&format!("{}/health", base(port)), 120)?;
+        // kv_aware: time for the event subscriptions to reach the publishers (a PUB socket
+        // drops what it sends before).
+        std::thread::sleep(Duration::from_secs(1));
+        Ok(Router { _proc: proc, port })
+    }
+}
+
+/// The shared-prefix workload.
+#[derive(Clone, Debug, Serialize)]
+pub struct Workload {
+    /// Documents; every request of a group starts with the same document.
+    pub groups: usize,
+    /// Requests per group, each with its own question after the document.
+    pub per_group: usize,
+    /// Words of each document (about 1.3 tokens each with SmolLM2's tokenizer).
+    pub prefix_words: usize,
+    /// Concurrent clients.
+    pub clients: usize,
+    /// `max_tokens` of each request.
+    pub max_tokens: usize,
+    pub seed: u64,
+}
+
+const WORDS: [&str; 48] = [
+    "river",
+    "bridge",
+    "stone",
+    "market",
+    "harbour",
+    "winter",
+    "lantern",
+    "orchard",
+    "granite",
+    "canal",
+    "tower",
+    "meadow",
+    "copper",
+    "village",
+    "signal",
+    "ferry",
+    "archive",
+    "quarry",
+    "mill",
+    "valley",
+    "ledger",
+    "beacon",
+    "timber",
+    "chapel",
+    "garden",
+    "station",
+    "forge",
+    "island",
+    "cellar",
+    "harvest",
+    "compass",
+    "engine",
+    "thread",
+    "furnace",
+    "summit",
+    "tunnel",
+    "pasture",
+    "glacier",
+    "workshop",
+    "courtyard",
+    "railway",
+    "marsh",
+    "school",
+    "library",
+    "factory",
+    "theatre",
+    "border",
+    "pier",
+];
+
+impl Workload {
+    /// The document of group `g`: a title naming it (so groups share no block) and
+    /// seeded words.
+    pub fn document(&self, g: usize) -> String {
+        let mut rng = Rng::new(self.seed ^ (0x9e37 + g as u64 * 0x1000_0001));
+        let mut s = format!("Document {g}. Notes from the town records, volume {g}:");
+        for i in 0..self.prefix_words {
+            s.push(' ');
+            s.push_str(WORDS[rng.below(WORDS.len())]);
+            if i % 12 == 11 {
+                s.push('.');
+            }
+        }
+        s
+    }
+
+    /// Every request as (group, prompt), in a seeded shuffled order.
+    pub fn requests(&self) -> Vec<(usize, String)> {
+        let docs: Vec<String> = (0..self.groups).map(|g| self.document(g)).collect();
+        let mut v: Vec<(usize, String)> = (0..self.per_group)
+            .flat_map(|q| {
+                docs.iter().enumerate().map(move |(g, d)| {
+                    (
+                        g,
+                        format!(
+                            "{d}\nQuestion {q}: what does the record say about item {q}?\nAnswer:"
+                        ),
+                    )
+                })
+            })
+            .collect();
+        let mut rng = Rng::new(self.seed);
+        for i in (1..v.len()).rev() {
+            v.swap(i, rng.below(i + 1));
+        }
+        v
+    }
+}
+
+/// One request that did not complete.
+#[derive(Clone, Debug, Serialize)]
+pub struct Failure {
+    pub index: usize,
+    pub what: String,
+}
+
+/// What the clients saw.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Outcome {
+    pub sent: usize,
+    pub completed: usize,
+    pub failures: Vec<Failure>,
+    /// Seconds from sending to the first chunk with text, per completed request.
+    pub ttft: Vec<f64>,
+    pub seconds: f64,
+}
+
+/// Streams one completion; TTFT in seconds, or what went wrong.
+fn stream_one(
+    agent: &ureq::Agent,
+    url: &str,
+    prompt: &str,
+    max_tokens: usize,
+) -> Result<f64, String> {
+    let body = json!({
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": true,
+    });
+    let t = Instant::now();
+    let resp = agent
+        .post(format!("{url}/v1/completions"))
+        .header("content-type", "application/json")
+        .send(body.to_string().as_bytes())
+        .map_err(|e| format!("transport: {e}"))?;
+    let status = resp.status().as_u16();
+    if status != 200 {
+        let mut resp = resp;
+        let text = resp.body_mut().read_to_string().unwrap_or_default();
+        return Err(format!("status {status}: {}", text.trim()));
+    }
+    let mut ttft = None;
+    let mut done = false;
+    for line in BufReader::new(resp.into_body().into_reader()).lines() {
+        let line = line.map_err(|e| format!("stream broken: {e}"))?;
+        let Some(data) = line.strip_prefix("data: ") else {
+            continue;
+        };
+        if data.trim() == "[DONE]" {
+            done = true;
+            break;
+        }
+        let v: Value =
+            serde_json::from_str(data).map_err(|e| format!("bad chunk {data:?}: {e}"))?;
+        if v.get("error").is_some() {
+            return Err(format!("error chunk: {data}"));
+        }
+        if ttft.is_none()
+            && v["choices"][0]["text"]
+                .as_str()
+                .is_some_and(|s| !s.is_empty())
+        {
+            ttft = Some(t.elapsed().as_secs_f64());
+        }
+    }
+    if !done {
+        return Err("stream ended without [DONE]".into());
+    }
+    // A completion whose every token is empty text still completed; its TTFT is its end.
+    Ok(ttft.unwrap_or_else(|| t.elapsed().as_secs_f64()))
+}
+
+/// Runs `workload` through `url` with its concurrent clients. `on_completed(n)` is called
+/// (from a client thread) after the n-th completion, for faults injected mid-run.
+pub fn run(url: &str, workload: &Workload, on_completed: &(dyn Fn(usize) + Sync)) -> Outcome {
+    let requests = workload.requests();
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let out = Arc::new(Mutex::new(Outcome {
+        sent: requests.len(),
+        ..Outcome::default()
+    }));
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..workload.clients.max(1) {
+            s.spawn(|| {
+                let agent = agent(Duration::from_secs(600));
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some((_, prompt)) = requests.get(i) else {
+                        break;
+                    };
+                    let r = stream_one(&agent, url, prompt, workload.max_tokens);
+                    {
+                        let mut o = out.lock().unwrap_or_else(|e| e.into_inner());
+                        match r {
+                            Ok(ttft) => {
+                                o.completed += 1;
+                                o.ttft.push(ttft);
+                            }
+                            Err(what) => o.failures.push(Failure { index: i, what }),
+                        }
+                    }
+                    on_completed(done.fetch_add(1, Ordering::Relaxed) + 1);
+                }
+            });
+        }
+    });
+    let mut o = out.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    o.seconds = t.elapsed().as_secs_f64();
+    o
+}
+
+/// Nearest-rank percentile `p` (0–100) of `v`, NaN when empty.
+pub fn percentile(v: &[f64], p: f64) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (v.len() as f64 * p / 100.0).ceil() as usize;
+    v[rank.saturating_sub(1).min(v.len() - 1)]
+}
+
+/// One policy's figures.
+#[derive(Clone, Debug, Serialize)]
+pub struct PolicyRun {
+    pub policy: Policy,
+    pub requests: usize,
+    pub failures: usize,
+    /// Prefix tokens reused, summed over the replicas (`kiln_prefix_cache_tokens_saved_total`,
+    /// after − before).
+    pub reused_tokens: f64,
+    /// Prompt tokens looked up, summed likewise.
+    pub query_tokens: f64,
+    /// Requests each replica ended (`kiln_requests_total`, after − before).
+    pub per_replica: Vec<f64>,
+    pub ttft_p50: f64,
+    pub ttft_p90: f64,
+    pub ttft_p99: f64,
+    pub seconds: f64,
+    pub failure_samples: Vec<Failure>,
+}
+
+/// Fresh replicas, the router with `policy`, the workload, the counters differenced.
+pub fn run_policy(
+    spec: &ReplicaSpec,
+    replicas: usize,
+    policy: Policy,
+    workload: &Workload,
+) -> Result<PolicyRun, ClusterError> {
+    let reps = Replicas::start(spec, replicas, policy.name())?;
+    let router = Router::start(policy, &reps, &spec.model, &spec.log_dir)?;
+    let before = reps.counters()?;
+    let o = run(&router.url(), workload, &|_| {});
+    let after = reps.counters()?;
+    let diff: Vec<Counters> = after
+        .iter()
+        .zip(&before)
+        .map(|(a, b)| a.since(*b))
+        .collect();
+    Ok(PolicyRun {
+        policy,
+        requests: o.sent,
+        failures: o.failures.len(),
+        reused_tokens: diff.iter().map(|c| c.reused_tokens).sum(),
+        query_tokens: diff.iter().map(|c| c.query_tokens).sum(),
+        per_replica: diff.iter().map(|c| c.requests).collect(),
+        ttft_p50: percentile(&o.ttft, 50.0),
+        ttft_p90: percentile(&o.ttft, 90.0),
+        ttft_p99: percentile(&o.ttft, 99.0),
+        seconds: o.seconds,
+        failure_samples: o.failures.into_iter().take(5).collect(),
+    })
+}
+
+/// The drain run's figures.
+#[derive(Clone, Debug, Serialize)]
+pub struct DrainRun {
+    pub policy: Policy,
+    pub requests: usize,
+    pub completed: usize,
+    pub failures: usize,
+    /// Completions when the replica got SIGTERM.
+    pub sigterm_after: usize,
+    /// Seconds from SIGTERM to the replica's exit, and its exit status.
+    pub exit_seconds: Option<f64>,
+    pub exit_status: Option<String>,
+    /// Requests the terminated replica ended after SIGTERM (its shutdown delay at work).
+    pub served_after_sigterm: Option<f64>,
+    pub failure_samples: Vec<Failure>,
+}
+
+/// The terminated replica's last counters and when it was seen gone (one drain run at a
+/// time per process).
+static LAST_SEEN: Mutex<Option<(Counters, Option<Instant>)>> = Mutex::new(None);
+
+/// Polls a terminated replica every 100 ms until its process is gone (or a zombie) or
+/// `secs` pass, keeping its last `/metrics` counters in [`LAST_SEEN`].
+fn watch_exit(pid: u32, url: &str, secs: u64) {
+    let t = Instant::now();
+    let mut last = Counters::default();
+    let mut gone = None;
+    while t.elapsed() < Duration::from_secs(secs) {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+        let alive = state
+            .as_deref()
+            .and_then(|s| s.rsplit_once(") "))
+            .is_some_and(|(_, rest)| !rest.starts_with('Z'));
+        if !alive {
+            gone = Some(Instant::now());
+            break;
+        }
+        if let Ok(c) = Counters::read(url) {
+            last = c;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    *LAST_SEEN.lock().unwrap_or_else(|e| e.into_inner()) = Some((last, gone));
+}
+
+/// When SIGTERM was sent, the replica's counters just before, and whether it was sent.
+type Signalled = (Instant, Counters, Result<(), String>);
+
+/// Fresh replicas behind `policy`; after a third of the requests complete, replica 0 gets
+/// SIGTERM (it keeps serving for its shutdown delay while the router's health checks take
+/// it out of rotation). Every client request must still complete.
+pub fn run_drain(
+    spec: &ReplicaSpec,
+    replicas: usize,
+    policy: Policy,
+    workload: &Workload,
+) -> Result<DrainRun, ClusterError> {
+    let mut reps = Replicas::start(spec, replicas, &format!("drain-{}", policy.name()))?;
+    let router = Router::start(policy, &reps, &spec.model, &spec.log_dir)?;
+    let total = workload.groups * workload.per_group;
+    let at = (total / 3).max(1);
+    let victim_url = reps.list[0].url();
+    let signalled: Mutex<Option<Signalled>> = Mutex::new(None);
+    let pid = reps.list[0].pid();
+    let o = std::thread::scope(|s| {
+        run(&router.url(), workload, &|n| {
+            if n == at {
+                let before = Counters::read(&victim_url).unwrap_or_default();
+                let sent = reps.list[0].sigterm().map_err(|e| e.to_string());
+                let ok = sent.is_ok();
+                *signalled.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some((Instant::now(), before, sent));
+                if ok {
+                    // Watch the replica go: its last counters and when it exited.
+                    s.spawn(|| watch_exit(pid, &victim_url, spec.shutdown_delay + 60));
+                }
+            }
+        })
+    });
+    let signalled = signalled.into_inner().unwrap_or_else(|e| e.into_inner());
+    let mut failures = o.failures;
+    let (mut exit_seconds, mut exit_status, mut served_after) = (None, None, None);
+    match signalled {
+        Some((when, before, Ok(()))) => {
+            let wait = Duration::from_secs(spec.shutdown_delay + 60);
+            let last = LAST_SEEN.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some((counters, gone)) = last {
+                served_after = Some(counters.since(before).requests);
+                exit_seconds = gone.map(|g| g.duration_since(when).as_secs_f64());
+            }
+            if let Some(s) = reps.list[0].wait_exit(wait) {
+                exit_status = Some(s.to_string());
+            }
+        }
+        Some((_, _, Err(e))) => failures.push(Failure {
+            index: at,
+            what: format!("SIGTERM not sent: {e}"),
+        }),
+        None => failures.push(Failure {
+            index: at,
+            what: "the run ended before the SIGTERM point".into(),
+        }),
+    }
+    drop(router);
+    Ok(DrainRun {
+        policy,
+        requests: o.sent,
+        completed: o.completed,
+        failures: failures.len(),
+        sigterm_after: at,
+        exit_seconds,
+        exit_status,
+        served_after_sigterm: served_after,
+        failure_samples: failures.into_iter().take(5).collect(),
+    })
+}
