@@ -60,10 +60,40 @@ pub enum ClusterError {
     Signal { pid: u32, detail: String },
 }
 
-/// A port nothing listens on right now (bound, read, released).
+/// The ports handed out: below Linux's ephemeral range (32768–60999 by default), so no
+/// outgoing connection — the router's own health checks to the replicas, say — can take
+/// one between [`free_port`] and the server binding it, as a port from `bind(":0")` can.
+const PORTS: std::ops::Range<u16> = 20_000..32_000;
+
+/// A port nothing listens on right now (bound, released), each call a different one: a
+/// cursor through [`PORTS`] starting at a place set by the process id, so two test
+/// processes rarely walk the same ports.
 fn free_port() -> Result<u16, ClusterError> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(ClusterError::Port)?;
-    Ok(l.local_addr().map_err(ClusterError::Port)?.port())
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let span = u32::from(PORTS.end - PORTS.start);
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        std::process::id().wrapping_mul(2_654_435_761) % span,
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
+    let mut last = None;
+    for _ in 0..span {
+        let i = NEXT.fetch_add(1, Ordering::Relaxed) % span;
+        // `i < span`, which fits in u16.
+        let port = PORTS.start + i as u16;
+        match TcpListener::bind(("127.0.0.1", port)) {
+            Ok(_) => return Ok(port),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(ClusterError::Port(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::AddrInUse,
+            "every port in 20000..32000 is taken",
+        )
+    })))
 }
 
 /// `http://127.0.0.1:PORT`
