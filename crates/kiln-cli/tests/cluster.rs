@@ -3,8 +3,8 @@
 //! workload: every policy (`round_robin`; `cache_aware`, the router's own prefix tree;
 //! `kv_aware`, fed by the replicas' KV events and `/v1/completions/render`) completes every
 //! request, `cache_aware` reuses more prefix tokens than `round_robin` does (the bench measures the
-//! factor), as
-//! counted by the replicas themselves; and a
+//! factor), as counted by the replicas themselves; `kv_aware` gets token ids from the replicas'
+//! render endpoint and its index, built from their events, matches them; and a
 //! replica SIGTERMed mid-run (`--shutdown-delay`, the router's health checks) loses no
 //! request. vllm-router is required (`pip install vllm-router`; `cargo xtask ci` installs
 //! it): without it these tests fail, naming it. The full-size run with TTFT figures is
@@ -51,8 +51,8 @@ fn require_router() {
 }
 
 #[test]
-fn every_policy_completes_every_request_and_cache_aware_reuses_more_prefix_tokens_than_round_robin()
-{
+fn every_policy_completes_every_request_cache_aware_reuses_more_than_round_robin_and_kv_aware_matches_the_replicas_events()
+ {
     require_router();
     let spec = spec("policies");
     let w = workload();
@@ -89,9 +89,29 @@ fn every_policy_completes_every_request_and_cache_aware_reuses_more_prefix_token
         "cache_aware reused {} prefix tokens, round_robin {rr}",
         cache_aware.reused_tokens
     );
-    // kv_aware routes on the replicas' events (it ran above with no failure); on this
-    // workload it does not reach twice round_robin's reuse (docs/scale-out.md), so its
-    // reuse is reported, not held to the factor.
+    // kv_aware is driven by the replicas' own events and render answers: the router got
+    // each request's token ids from `/v1/completions/render`, and the index it builds from
+    // the replicas' `BlockStored` events (token ids, block size) matched them. Broken
+    // events (a layout it drops, a block size or token ids that never match) leave every
+    // lookup a miss.
+    let kv_aware = &runs[2];
+    assert!(
+        kv_aware.router.render_inputs > 0.0,
+        "kv_aware got no token ids from /v1/completions/render: {:?}",
+        kv_aware.router
+    );
+    assert!(
+        kv_aware.router.placement_hits > 0.0,
+        "kv_aware's index never matched a prompt to blocks the replicas' events announced: {:?}",
+        kv_aware.router
+    );
+    // Its reuse is reported, not compared with round_robin's: vllm-router's kv_aware cost
+    // is (uncached tokens + the replica's in-flight prefill tokens) × (its in-flight
+    // requests + 1), so a replica holding a document but busy with another prompt's
+    // prefill loses the document's next request to an idle one, and with three clients
+    // on one-thread replicas that happens often: 0.81× and 0.85× round_robin's reuse in
+    // two bench runs of this workload and slightly above 1× in others (docs/scale-out.md),
+    // no direction a test can hold.
 }
 
 #[test]

@@ -396,11 +396,23 @@ pub fn router_available() -> Result<(), ClusterError> {
 pub struct Router {
     _proc: Proc,
     pub port: u16,
+    /// Its Prometheus endpoint's port (`--prometheus-port`).
+    pub metrics_port: u16,
 }
 
 impl Router {
     pub fn url(&self) -> String {
         base(self.port)
+    }
+
+    /// What the router's own `/metrics` says about its `kv_aware` inputs (zeros for the
+    /// other policies, or when the endpoint does not answer).
+    pub fn counters(&self) -> RouterCounters {
+        get(&format!("{}/metrics", base(self.metrics_port)))
+            .filter(|(s, _)| *s == 200)
+            .map_or_else(RouterCounters::default, |(_, text)| {
+                RouterCounters::parse(&text)
+            })
     }
 
     /// Starts vllm-router with `policy` in front of `replicas` and waits until it answers
@@ -446,7 +458,65 @@ impl Router {
         // kv_aware: time for the event subscriptions to reach the publishers (a PUB socket
         // drops what it sends before).
         std::thread::sleep(Duration::from_secs(1));
-        Ok(Router { _proc: proc, port })
+        Ok(Router {
+            _proc: proc,
+            port,
+            metrics_port,
+        })
+    }
+}
+
+/// vllm-router's counters of how `kv_aware` found its inputs, from its Prometheus
+/// endpoint: whether a replica's KV events and render answers reached the policy.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct RouterCounters {
+    /// Placement lookups that found blocks of the prompt, from position 0, on some
+    /// replica (`vllm_router_kv_placement_lookups_total{result="hit"}`): the index the
+    /// router builds from the replicas' `BlockStored` events matched the prompt's tokens.
+    pub placement_hits: f64,
+    /// Placement lookups that found none (`{result="miss"}`).
+    pub placement_misses: f64,
+    /// Per-replica token inputs the router got from the replicas' render endpoints
+    /// (`vllm_router_kv_routing_inputs_total{result="render"}`, over its transports).
+    pub render_inputs: f64,
+}
+
+impl RouterCounters {
+    /// Sums the samples of family `name` whose labels include `label` (`key="value"`).
+    fn sum(text: &str, name: &str, label: &str) -> f64 {
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| {
+                let (series, value) = l.rsplit_once(' ')?;
+                let (family, labels) = series.split_once('{')?;
+                (family == name
+                    && labels
+                        .split(',')
+                        .any(|kv| kv.trim_end_matches('}') == label))
+                .then(|| value.parse::<f64>().ok())
+                .flatten()
+            })
+            .sum()
+    }
+
+    pub fn parse(text: &str) -> RouterCounters {
+        RouterCounters {
+            placement_hits: Self::sum(
+                text,
+                "vllm_router_kv_placement_lookups_total",
+                "result=\"hit\"",
+            ),
+            placement_misses: Self::sum(
+                text,
+                "vllm_router_kv_placement_lookups_total",
+                "result=\"miss\"",
+            ),
+            render_inputs: Self::sum(
+                text,
+                "vllm_router_kv_routing_inputs_total",
+                "result=\"render\"",
+            ),
+        }
     }
 }
 
@@ -699,6 +769,8 @@ pub struct PolicyRun {
     pub ttft_p90: f64,
     pub ttft_p99: f64,
     pub seconds: f64,
+    /// The router's own account of its `kv_aware` inputs (zeros for other policies).
+    pub router: RouterCounters,
     pub failure_samples: Vec<Failure>,
 }
 
@@ -714,6 +786,7 @@ pub fn run_policy(
     let before = reps.counters()?;
     let o = run(&router.url(), workload, &|_| {});
     let after = reps.counters()?;
+    let router_counters = router.counters();
     let diff: Vec<Counters> = after
         .iter()
         .zip(&before)
@@ -730,6 +803,7 @@ pub fn run_policy(
         ttft_p90: percentile(&o.ttft, 90.0),
         ttft_p99: percentile(&o.ttft, 99.0),
         seconds: o.seconds,
+        router: router_counters,
         failure_samples: o.failures.into_iter().take(5).collect(),
     })
 }
@@ -849,4 +923,29 @@ pub fn run_drain(
         served_after_sigterm: served_after,
         failure_samples: failures.into_iter().take(5).collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn router_counters_sum_the_labelled_samples_of_their_families_only() {
+        let text = "\
+# TYPE vllm_router_kv_placement_lookups_total counter
+vllm_router_kv_placement_lookups_total{result=\"hit\"} 30
+vllm_router_kv_placement_lookups_total{result=\"miss\"} 12
+vllm_router_kv_placement_lookups_total{result=\"missing_tokens\"} 2
+vllm_router_kv_routing_inputs_total{transport=\"http\",result=\"render\"} 144
+vllm_router_kv_routing_inputs_total{transport=\"grpc\",result=\"render\"} 1
+vllm_router_kv_routing_inputs_total{transport=\"http\",result=\"preparation_unavailable\"} 3
+vllm_router_kv_placement_lookups_total_other{result=\"hit\"} 99
+";
+        let c = RouterCounters::parse(text);
+        assert_eq!(c.placement_hits, 30.0);
+        assert_eq!(c.placement_misses, 12.0);
+        assert_eq!(c.render_inputs, 145.0);
+        let none = RouterCounters::parse("");
+        assert_eq!(none.placement_hits, 0.0);
+    }
 }

@@ -221,6 +221,12 @@ fn markdown(r: &Report, machine: &kiln_bench::Machine) -> String {
             p.failures,
         ));
     }
+    for p in r.policies.iter().filter(|p| p.policy == Policy::KvAware) {
+        s.push_str(&format!(
+            "\nkv_aware's own counters: {} placement lookups found blocks the replicas' events announced, {} found none; {} token inputs from the replicas' render endpoints.\n",
+            p.router.placement_hits, p.router.placement_misses, p.router.render_inputs,
+        ));
+    }
     if let Some(d) = &r.drain {
         s.push_str(&format!(
             "\nDrain ({}): one replica SIGTERMed after {} of {} requests completed: {} completed, **{} failed**; the replica ended {} requests after SIGTERM and exited {} ({}).\n",
