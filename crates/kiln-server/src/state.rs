@@ -54,6 +54,11 @@ pub struct ServerConfig {
     /// The most open connections; one more is answered 503 `too_many_connections` and
     /// closed as soon as it is accepted.
     pub max_connections: usize,
+    /// A connection whose writes make no progress this long (the client stopped reading
+    /// a streamed answer) is closed and its requests cancelled; zero: never.
+    pub write_timeout: Duration,
+    /// Serve HTTPS with this certificate and key ([`crate::tls::load`]); `None`: HTTP.
+    pub tls: Option<crate::tls::TlsConfig>,
     /// After Ctrl-C / SIGTERM, the server keeps serving for this long with `/health`
     /// answering 503 (so load balancers take it out of rotation while requests they
     /// already routed here still succeed); then the drain above begins.
@@ -91,6 +96,8 @@ impl Default for ServerConfig {
             header_timeout: Duration::from_secs(30),
             body_timeout: Duration::from_secs(60),
             max_connections: 1024,
+            write_timeout: Duration::from_secs(60),
+            tls: None,
             shutdown_delay: Duration::ZERO,
             metrics_compat: MetricsCompat::Vllm,
         }
