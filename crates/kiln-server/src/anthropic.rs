@@ -29,7 +29,7 @@ use serde_json::{Value, json};
 
 use crate::error::ApiError;
 use crate::fields::{self, Endpoint};
-use crate::handlers::prepare_chat;
+use crate::handlers::{body_bytes, check_model, count_error, finish_as, prepare_chat, ready};
 use crate::params::{self, Params};
 use crate::state::{AppState, Backend, InFlight, ServerConfig};
 use crate::tools::split::{Piece, Splitter, split_all};
@@ -401,14 +401,6 @@ struct Prepared {
 }
 
 /// Whether `model` names the backend (absent: yes); else 404.
-fn check_model(b: &Backend, model: Option<&str>) -> Result<(), ApiError> {
-    if b.serves(model) {
-        Ok(())
-    } else {
-        Err(ApiError::model_not_found(model.unwrap_or(""), &b.model_id))
-    }
-}
-
 /// Translates a checked body to a chat request and prepares it as `/v1/chat/completions`
 /// does. `generation`: `/v1/messages` (`max_tokens` required) rather than `count_tokens`.
 fn prepare(
@@ -502,17 +494,6 @@ pub(crate) fn parse_for_fuzzing(
     Ok((p.params, p.prompt))
 }
 
-/// The body as bytes: 413 over the limit, 400 when unreadable.
-fn body_bytes(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes, ApiError> {
-    body.map_err(|r| {
-        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::too_large(limit)
-        } else {
-            ApiError::bad_request(format!("cannot read the request body: {r}"), None)
-        }
-    })
-}
-
 /// Parses and checks a body against the field list of `endpoint`.
 fn read(
     bytes: &[u8],
@@ -527,34 +508,31 @@ fn read(
         .map_err(|e| ApiError::bad_request(format!("the request body does not parse: {e}"), None))
 }
 
-/// The backend, unless the server is loading or shutting down (503).
-fn ready(state: &AppState) -> Result<&Backend, ApiError> {
-    if state.is_shutting_down() {
-        return Err(ApiError::unavailable("the server is shutting down"));
-    }
-    state
-        .backend()
-        .ok_or_else(|| ApiError::unavailable("the model is still loading; retry shortly"))
-}
-
 /// Counts the answer's class and answers errors in Anthropic's shape.
 fn finish(state: &AppState, r: Result<Response, ApiError>) -> Response {
-    match r {
-        Ok(r) => r,
-        Err(e) => {
-            if e.status.is_server_error() {
-                eprintln!("kiln serve: {} {}", e.status.as_u16(), e.message);
-            }
-            state.count(|c| {
-                if e.status.is_server_error() {
-                    c.http_errors_5xx += 1;
-                } else {
-                    c.http_errors_4xx += 1;
-                }
-            });
-            error_response(&e)
-        }
-    }
+    finish_as(state, r, |e| error_response(&e))
+}
+
+/// The body read, checked against `endpoint`'s field list and prepared as a chat request
+/// (`generation`: for `/v1/messages`), with the backend that serves it.
+fn read_prepared<'s>(
+    state: &'s AppState,
+    body: Result<Bytes, BytesRejection>,
+    endpoint: Endpoint,
+    generation: bool,
+) -> Result<(&'s Backend, Prepared), ApiError> {
+    let bytes = body_bytes(body, state.config().max_body_bytes)?;
+    let req = read(&bytes, endpoint, state.config())?;
+    let b = ready(state)?;
+    check_model(b, req.model.as_deref())?;
+    let p = prepare(
+        req,
+        &b.tokenizer,
+        b.template.as_deref(),
+        state.config(),
+        generation,
+    )?;
+    Ok((b, p))
 }
 
 /// `POST /v1/messages/count_tokens`: `{"input_tokens": N}`, the prompt `/v1/messages`
@@ -572,17 +550,7 @@ fn count_tokens_inner(
     state: &AppState,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let bytes = body_bytes(body, state.config().max_body_bytes)?;
-    let req = read(&bytes, Endpoint::CountTokens, state.config())?;
-    let b = ready(state)?;
-    check_model(b, req.model.as_deref())?;
-    let p = prepare(
-        req,
-        &b.tokenizer,
-        b.template.as_deref(),
-        state.config(),
-        false,
-    )?;
+    let (_, p) = read_prepared(state, body, Endpoint::CountTokens, false)?;
     Ok(axum::Json(json!({ "input_tokens": p.prompt.len() })).into_response())
 }
 
@@ -600,17 +568,7 @@ async fn messages_inner(
     state: &AppState,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let bytes = body_bytes(body, state.config().max_body_bytes)?;
-    let req = read(&bytes, Endpoint::Messages, state.config())?;
-    let b = ready(state)?;
-    check_model(b, req.model.as_deref())?;
-    let p = prepare(
-        req,
-        &b.tokenizer,
-        b.template.as_deref(),
-        state.config(),
-        true,
-    )?;
+    let (b, p) = read_prepared(state, body, Endpoint::Messages, true)?;
     let input_tokens = p.prompt.len();
     let n_ctx = b.engine.config().n_ctx;
     let request = params::requests(&p.params, p.prompt, n_ctx, state.config(), "messages")?
@@ -957,14 +915,7 @@ impl StreamState {
             Some(Event::Error(e)) => {
                 self.finished = true;
                 let e = ApiError::from(e);
-                if e.status.is_server_error() {
-                    eprintln!(
-                        "kiln serve: {} (in a stream) {}",
-                        e.status.as_u16(),
-                        e.message
-                    );
-                    self.state.count(|c| c.http_errors_5xx += 1);
-                }
+                count_error(&self.state, &e, true);
                 self.events.error(&e);
             }
             None => {

@@ -17,8 +17,8 @@ use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::Watcher;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::error::ApiError;
 use crate::state::AppState;

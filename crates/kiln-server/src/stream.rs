@@ -365,14 +365,7 @@ impl SseState {
             Event::Error(e) => {
                 self.ended[slot] = true;
                 let e = ApiError::from(e);
-                if e.status.is_server_error() {
-                    eprintln!(
-                        "kiln serve: {} (in a stream) {}",
-                        e.status.as_u16(),
-                        e.message
-                    );
-                    self.state.count(|c| c.http_errors_5xx += 1);
-                }
+                crate::handlers::count_error(&self.state, &e, true);
                 self.pending.push_back(e.body());
             }
         }

@@ -63,12 +63,10 @@ fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
 
 /// Loads `cert` (the server's certificate first, then any intermediates) and `key`.
 pub fn load(cert: &Path, key: &Path) -> Result<TlsConfig, TlsError> {
-    let bad = |what: &'static str, path: &Path, e: rustls_pki_types::pem::Error| {
-        TlsError::BadPem {
-            what,
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        }
+    let bad = |what: &'static str, path: &Path, e: rustls_pki_types::pem::Error| TlsError::BadPem {
+        what,
+        path: path.to_path_buf(),
+        reason: e.to_string(),
     };
     let cert_pem = read("certificate", cert)?;
     let chain = CertificateDer::pem_slice_iter(&cert_pem)
@@ -91,15 +89,14 @@ pub fn load(cert: &Path, key: &Path) -> Result<TlsConfig, TlsError> {
         key: key.to_path_buf(),
         reason,
     };
-    let mut config =
-        rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| mismatch(e.to_string()))?
-        .with_no_client_auth()
-        .with_single_cert(chain, private)
-        .map_err(|e| mismatch(e.to_string()))?;
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| mismatch(e.to_string()))?
+    .with_no_client_auth()
+    .with_single_cert(chain, private)
+    .map_err(|e| mismatch(e.to_string()))?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(TlsConfig(Arc::new(config)))
 }

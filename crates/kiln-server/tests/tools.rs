@@ -4,56 +4,21 @@
 //! streamed call's arguments arrive in several deltas as they are generated.
 //! Needs `python3` with `pip install openai jsonschema`; fails (never skips) without them.
 
-use std::process::Command;
-use std::sync::Arc;
+mod common;
 
-use kiln_engine::{Engine, EngineConfig};
-use kiln_server::{AppState, Backend, ServerConfig};
-use kiln_testkit::server::Loaded;
+use common::{run_client, start_model};
+use kiln_server::ServerConfig;
 
 const MODEL: &str = "qwen2.5-coder-0.5b";
 
 #[test]
 fn the_openai_client_runs_a_tool_calling_loop_and_required_arguments_always_validate() {
-    let Loaded {
-        model,
-        tokenizer,
-        template,
-    } = kiln_testkit::server::load(MODEL);
-    let mut cfg = EngineConfig::for_model(&model);
-    cfg.n_ctx = 2048;
-    cfg.threads = 2;
-    let shape = cfg.kv.config(model.config(), 0);
-    cfg.kv.memory = Some(shape.blocks_for_tokens(2048) * 2 * shape.block_bytes());
-    let engine = Engine::start(model, Arc::clone(&tokenizer), cfg).expect("engine");
-    let state = AppState::ready(
-        ServerConfig::default(),
-        Backend {
-            engine,
-            tokenizer,
-            template: Some(template),
-            model_id: MODEL.into(),
-            aliases: Vec::new(),
-        },
-    );
-    let addr = kiln_testkit::server::serve(state);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/openai_tools.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .arg(format!("http://{addr}"))
-        .arg(MODEL)
-        .output()
-        .expect("python3 is required by this test");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "the openai client loop failed (needs `pip install openai jsonschema`)\n\
-         stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    assert!(
-        stdout.contains("schema-valid arguments: 20/20"),
-        "stdout:\n{stdout}"
+    let addr = start_model(MODEL, ServerConfig::default(), 2048, 2);
+    let stdout = run_client(
+        "openai_tools.py",
+        &[format!("http://{addr}"), MODEL.into()],
+        "openai jsonschema",
+        "schema-valid arguments: 20/20",
     );
     println!("{stdout}");
     streamed_arguments_arrive_in_several_deltas(addr);

@@ -454,7 +454,7 @@ mod tests {
         let mut s = Splitter::new(Arc::clone(spec));
         let mut pieces = Vec::new();
         let mut calls: Vec<Accumulated> = Vec::new();
-        let mut apply = |deltas: Vec<CallDelta>, early: bool, calls: &mut Vec<Accumulated>| {
+        let apply = |deltas: Vec<CallDelta>, early: bool, calls: &mut Vec<Accumulated>| {
             for d in deltas {
                 match d {
                     CallDelta::Start { index, name } => {
