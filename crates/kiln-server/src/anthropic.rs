@@ -515,12 +515,12 @@ fn finish(state: &AppState, r: Result<Response, ApiError>) -> Response {
 
 /// The body read, checked against `endpoint`'s field list and prepared as a chat request
 /// (`generation`: for `/v1/messages`), with the backend that serves it.
-fn read_prepared<'s>(
-    state: &'s AppState,
+fn read_prepared(
+    state: &AppState,
     body: Result<Bytes, BytesRejection>,
     endpoint: Endpoint,
     generation: bool,
-) -> Result<(&'s Backend, Prepared), ApiError> {
+) -> Result<(&Backend, Prepared), ApiError> {
     let bytes = body_bytes(body, state.config().max_body_bytes)?;
     let req = read(&bytes, endpoint, state.config())?;
     let b = ready(state)?;
