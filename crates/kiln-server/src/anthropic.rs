@@ -32,6 +32,7 @@ use crate::fields::{self, Endpoint};
 use crate::handlers::{body_bytes, check_model, count_error, finish_as, prepare_chat, ready};
 use crate::params::{self, Params};
 use crate::state::{AppState, Backend, InFlight, ServerConfig};
+use crate::tools::deltas::CallDelta;
 use crate::tools::split::{Piece, Splitter, split_all};
 use crate::tools::{self, OutputSpec, ParsedCall};
 use crate::wire::ChatRequest;
@@ -741,6 +742,8 @@ async fn collect(reply: &Reply, handle: RequestHandle) -> Result<Value, ApiError
 enum Open {
     Text,
     Thinking,
+    /// A `tool_use` block: the call's index among the reply's calls.
+    Tool(usize),
 }
 
 /// Anthropic's stream events for one reply, in order: `message_start` and a `ping`, then
@@ -790,6 +793,8 @@ impl Events {
         let block = match kind {
             Open::Text => json!({"type": "text", "text": ""}),
             Open::Thinking => json!({"type": "thinking", "thinking": "", "signature": ""}),
+            // Tool blocks are opened by `call` (they carry a name).
+            Open::Tool(_) => return,
         };
         self.push(
             "content_block_start",
@@ -818,34 +823,37 @@ impl Events {
         );
     }
 
-    /// The end: the open block closed, each call as a `tool_use` block whose input arrives
-    /// as one `input_json_delta`, then `message_delta` and `message_stop`.
-    fn end(
-        &mut self,
-        calls: &[ParsedCall],
-        stop_reason: &str,
-        stop_sequence: Option<String>,
-        output_tokens: usize,
-    ) {
-        self.close();
-        for c in calls {
-            let index = self.next;
-            self.next += 1;
-            self.push(
-                "content_block_start",
-                json!({"type": "content_block_start", "index": index, "content_block":
-                    {"type": "tool_use", "id": tool_use_id(), "name": c.name, "input": {}}}),
-            );
-            self.push(
-                "content_block_delta",
-                json!({"type": "content_block_delta", "index": index, "delta":
-                    {"type": "input_json_delta", "partial_json": call_input(c).to_string()}}),
-            );
-            self.push(
-                "content_block_stop",
-                json!({"type": "content_block_stop", "index": index}),
-            );
+    /// A piece of a call: a new `tool_use` block (its name), or more of its input JSON
+    /// as an `input_json_delta`, forwarded as the model generates it.
+    fn call(&mut self, d: CallDelta) {
+        match d {
+            CallDelta::Start { index, name } => {
+                self.close();
+                self.push(
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": self.next, "content_block":
+                        {"type": "tool_use", "id": tool_use_id(), "name": name, "input": {}}}),
+                );
+                self.next += 1;
+                self.open = Some(Open::Tool(index));
+            }
+            CallDelta::Arguments { index, text } => {
+                if self.open != Some(Open::Tool(index)) {
+                    // Only the open call's input can grow (calls arrive in order).
+                    return;
+                }
+                self.push(
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": self.next - 1, "delta":
+                        {"type": "input_json_delta", "partial_json": text}}),
+                );
+            }
         }
+    }
+
+    /// The end: the open block closed, then `message_delta` and `message_stop`.
+    fn end(&mut self, stop_reason: &str, stop_sequence: Option<String>, output_tokens: usize) {
+        self.close();
         self.push(
             "message_delta",
             json!({"type": "message_delta",
@@ -884,11 +892,16 @@ impl StreamState {
                 self.generated.ids.push(id);
                 self.generated.released.push_str(&text);
                 let mut pieces = Vec::new();
+                let mut deltas = Vec::new();
                 if let Some(sp) = &mut self.splitter {
                     sp.push(self.reply.spec.token_text(id, &text), &mut pieces);
+                    deltas = sp.take_deltas();
                 }
                 for p in pieces {
                     self.events.piece(p);
+                }
+                for d in deltas {
+                    self.events.call(d);
                 }
             }
             Some(Event::Done { finish, usage, .. }) => {
@@ -900,17 +913,19 @@ impl StreamState {
                     return;
                 }
                 let mut pieces = Vec::new();
-                let calls = self
+                let (calls, deltas) = self
                     .splitter
                     .take()
-                    .map(|sp| sp.finish(&mut pieces))
+                    .map(|sp| sp.finish_streamed(&mut pieces))
                     .unwrap_or_default();
                 for p in pieces {
                     self.events.piece(p);
                 }
+                for d in deltas {
+                    self.events.call(d);
+                }
                 let (reason, seq) = self.reply.stop(finish, !calls.is_empty(), &self.generated);
-                self.events
-                    .end(&calls, reason, seq, usage.completion_tokens);
+                self.events.end(reason, seq, usage.completion_tokens);
             }
             Some(Event::Error(e)) => {
                 self.finished = true;
@@ -1131,11 +1146,17 @@ mod tests {
         e.piece(Piece::Content("Hel".into()));
         e.piece(Piece::Content(String::new()));
         e.piece(Piece::Content("lo".into()));
-        let calls = vec![ParsedCall {
+        e.call(CallDelta::Start {
+            index: 0,
             name: "f".into(),
-            arguments: r#"{"a": 1}"#.into(),
-        }];
-        e.end(&calls, "tool_use", None, 7);
+        });
+        for text in [r#"{"a":"#, "1}"] {
+            e.call(CallDelta::Arguments {
+                index: 0,
+                text: text.into(),
+            });
+        }
+        e.end("tool_use", None, 7);
         assert_eq!(
             names(&e),
             [
@@ -1147,6 +1168,7 @@ mod tests {
                 "content_block_delta",
                 "content_block_stop",
                 "content_block_start",
+                "content_block_delta",
                 "content_block_delta",
                 "content_block_stop",
                 "message_delta",
@@ -1187,20 +1209,22 @@ mod tests {
         assert_eq!(
             *d[8],
             json!({"type":"content_block_delta","index":2,
-                "delta":{"type":"input_json_delta","partial_json":"{\"a\":1}"}})
+                "delta":{"type":"input_json_delta","partial_json":"{\"a\":"}})
         );
+        assert_eq!(d[9]["delta"]["partial_json"], "1}");
+        assert_eq!(*d[10], json!({"type":"content_block_stop","index":2}));
         assert_eq!(
-            *d[10],
+            *d[11],
             json!({"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},
                 "usage":{"output_tokens":7}})
         );
-        assert_eq!(*d[11], json!({"type":"message_stop"}));
+        assert_eq!(*d[12], json!({"type":"message_stop"}));
     }
 
     #[test]
     fn an_empty_reply_streams_no_content_block() {
         let mut e = Events::default();
-        e.end(&[], "max_tokens", None, 3);
+        e.end("max_tokens", None, 3);
         assert_eq!(names(&e), ["message_delta", "message_stop"]);
     }
 
