@@ -29,7 +29,7 @@ use serde_json::{Value, json};
 
 use crate::error::ApiError;
 use crate::fields::{self, Endpoint};
-use crate::handlers::{body_bytes, check_model, count_error, finish_as, prepare_chat, ready};
+use crate::handlers::{body_bytes, check_model, finish_as, prepare_chat, ready};
 use crate::params::{self, Params};
 use crate::state::{AppState, Backend, InFlight, ServerConfig};
 use crate::tools::deltas::CallDelta;
@@ -930,7 +930,7 @@ impl StreamState {
             Some(Event::Error(e)) => {
                 self.finished = true;
                 let e = ApiError::from(e);
-                count_error(&self.state, &e, true);
+                self.state.count_error(&e, true);
                 self.events.error(&e);
             }
             None => {

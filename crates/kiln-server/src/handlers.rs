@@ -96,21 +96,9 @@ pub(crate) fn finish_as(
     match r {
         Ok(r) => r,
         Err(e) => {
-            count_error(state, &e, false);
+            state.count_error(&e, false);
             answer(e)
         }
-    }
-}
-
-/// Counts an error answer (logging server errors); `in_stream`: sent inside a stream
-/// that had already answered 200, where only server errors are counted.
-pub(crate) fn count_error(state: &AppState, e: &ApiError, in_stream: bool) {
-    if e.status.is_server_error() {
-        let place = if in_stream { " (in a stream)" } else { "" };
-        eprintln!("kiln serve: {}{place} {}", e.status.as_u16(), e.message);
-        state.count(|c| c.http_errors_5xx += 1);
-    } else if !in_stream {
-        state.count(|c| c.http_errors_4xx += 1);
     }
 }
 

@@ -219,6 +219,18 @@ impl AppState {
         self.0.counters.lock().map(|c| *c).unwrap_or_default()
     }
 
+    /// Counts an error answer (logging server errors); `in_stream`: sent inside a stream
+    /// that had already answered 200, where only server errors are counted.
+    pub(crate) fn count_error(&self, e: &crate::error::ApiError, in_stream: bool) {
+        if e.status.is_server_error() {
+            let place = if in_stream { " (in a stream)" } else { "" };
+            eprintln!("kiln serve: {}{place} {}", e.status.as_u16(), e.message);
+            self.count(|c| c.http_errors_5xx += 1);
+        } else if !in_stream {
+            self.count(|c| c.http_errors_4xx += 1);
+        }
+    }
+
     /// Takes a slot under `max_concurrent_requests`, or refuses with 429.
     pub(crate) fn admit(&self) -> Result<InFlight, crate::error::ApiError> {
         let limit = self.0.config.max_concurrent_requests;

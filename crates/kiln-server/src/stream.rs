@@ -365,7 +365,7 @@ impl SseState {
             Event::Error(e) => {
                 self.ended[slot] = true;
                 let e = ApiError::from(e);
-                crate::handlers::count_error(&self.state, &e, true);
+                self.state.count_error(&e, true);
                 self.pending.push_back(e.body());
             }
         }
