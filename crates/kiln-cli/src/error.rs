@@ -22,6 +22,8 @@ pub enum CliError {
     Bench(#[from] kiln_bench::BenchError),
     #[error(transparent)]
     Chat(#[from] kiln_tokenizer::chat::ChatError),
+    #[error(transparent)]
+    Tls(#[from] kiln_server::tls::TlsError),
     #[error("{0}")]
     Usage(String),
     #[error("I/O error: {0}")]

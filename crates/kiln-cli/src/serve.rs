@@ -142,6 +142,16 @@ pub struct ServeArgs {
     /// The most open connections; more get a 503 (too_many_connections) and are closed.
     #[arg(long, default_value_t = 1024)]
     max_connections: usize,
+    /// Seconds a write to a client may stall (it stopped reading a streamed answer) before
+    /// the connection is closed and its requests cancelled; 0: never.
+    #[arg(long, default_value_t = 60.0)]
+    write_timeout: f64,
+    /// Serve HTTPS with this PEM certificate chain (needs --tls-key).
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     #[command(flatten)]
     defaults: ServerSampling,
 }
@@ -264,6 +274,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     for (flag, v) in [
         ("--drain-timeout", args.drain_timeout),
         ("--shutdown-delay", args.shutdown_delay),
+        ("--write-timeout", args.write_timeout),
     ] {
         if !(v.is_finite() && (0.0..=86_400.0).contains(&v)) {
             return Err(CliError::Usage(format!(
@@ -307,6 +318,11 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     if api_keys.iter().any(String::is_empty) {
         return Err(CliError::Usage("an API key is empty".into()));
     }
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(kiln_server::tls::load(cert, key)?),
+        _ => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let config = ServerConfig {
         host: args.host.clone(),
         port: args.port,
@@ -323,6 +339,8 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         header_timeout: Duration::from_secs_f64(args.header_timeout),
         body_timeout: Duration::from_secs_f64(args.body_timeout),
         max_connections: args.max_connections,
+        write_timeout: Duration::from_secs_f64(args.write_timeout),
+        tls,
         shutdown_delay: Duration::from_secs_f64(args.shutdown_delay),
         metrics_compat: args.metrics_compat,
     };
@@ -335,7 +353,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     let result = runtime.block_on(kiln_server::serve(
         config,
         move || load(&args, threads).map_err(|e| e.to_string()),
-        |addr| eprintln!("kiln serve: listening on http://{addr} (loading {name})"),
+        |addr| eprintln!("kiln serve: listening on {scheme}://{addr} (loading {name})"),
     ));
     result.map_err(|e| CliError::Usage(e.to_string()))
 }

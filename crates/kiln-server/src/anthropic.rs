@@ -29,9 +29,10 @@ use serde_json::{Value, json};
 
 use crate::error::ApiError;
 use crate::fields::{self, Endpoint};
-use crate::handlers::prepare_chat;
+use crate::handlers::{body_bytes, check_model, finish_as, prepare_chat, ready};
 use crate::params::{self, Params};
 use crate::state::{AppState, Backend, InFlight, ServerConfig};
+use crate::tools::deltas::CallDelta;
 use crate::tools::split::{Piece, Splitter, split_all};
 use crate::tools::{self, OutputSpec, ParsedCall};
 use crate::wire::ChatRequest;
@@ -401,14 +402,6 @@ struct Prepared {
 }
 
 /// Whether `model` names the backend (absent: yes); else 404.
-fn check_model(b: &Backend, model: Option<&str>) -> Result<(), ApiError> {
-    if b.serves(model) {
-        Ok(())
-    } else {
-        Err(ApiError::model_not_found(model.unwrap_or(""), &b.model_id))
-    }
-}
-
 /// Translates a checked body to a chat request and prepares it as `/v1/chat/completions`
 /// does. `generation`: `/v1/messages` (`max_tokens` required) rather than `count_tokens`.
 fn prepare(
@@ -502,17 +495,6 @@ pub(crate) fn parse_for_fuzzing(
     Ok((p.params, p.prompt))
 }
 
-/// The body as bytes: 413 over the limit, 400 when unreadable.
-fn body_bytes(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes, ApiError> {
-    body.map_err(|r| {
-        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::too_large(limit)
-        } else {
-            ApiError::bad_request(format!("cannot read the request body: {r}"), None)
-        }
-    })
-}
-
 /// Parses and checks a body against the field list of `endpoint`.
 fn read(
     bytes: &[u8],
@@ -527,34 +509,31 @@ fn read(
         .map_err(|e| ApiError::bad_request(format!("the request body does not parse: {e}"), None))
 }
 
-/// The backend, unless the server is loading or shutting down (503).
-fn ready(state: &AppState) -> Result<&Backend, ApiError> {
-    if state.is_shutting_down() {
-        return Err(ApiError::unavailable("the server is shutting down"));
-    }
-    state
-        .backend()
-        .ok_or_else(|| ApiError::unavailable("the model is still loading; retry shortly"))
-}
-
 /// Counts the answer's class and answers errors in Anthropic's shape.
 fn finish(state: &AppState, r: Result<Response, ApiError>) -> Response {
-    match r {
-        Ok(r) => r,
-        Err(e) => {
-            if e.status.is_server_error() {
-                eprintln!("kiln serve: {} {}", e.status.as_u16(), e.message);
-            }
-            state.count(|c| {
-                if e.status.is_server_error() {
-                    c.http_errors_5xx += 1;
-                } else {
-                    c.http_errors_4xx += 1;
-                }
-            });
-            error_response(&e)
-        }
-    }
+    finish_as(state, r, |e| error_response(&e))
+}
+
+/// The body read, checked against `endpoint`'s field list and prepared as a chat request
+/// (`generation`: for `/v1/messages`), with the backend that serves it.
+fn read_prepared(
+    state: &AppState,
+    body: Result<Bytes, BytesRejection>,
+    endpoint: Endpoint,
+    generation: bool,
+) -> Result<(&Backend, Prepared), ApiError> {
+    let bytes = body_bytes(body, state.config().max_body_bytes)?;
+    let req = read(&bytes, endpoint, state.config())?;
+    let b = ready(state)?;
+    check_model(b, req.model.as_deref())?;
+    let p = prepare(
+        req,
+        &b.tokenizer,
+        b.template.as_deref(),
+        state.config(),
+        generation,
+    )?;
+    Ok((b, p))
 }
 
 /// `POST /v1/messages/count_tokens`: `{"input_tokens": N}`, the prompt `/v1/messages`
@@ -572,17 +551,7 @@ fn count_tokens_inner(
     state: &AppState,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let bytes = body_bytes(body, state.config().max_body_bytes)?;
-    let req = read(&bytes, Endpoint::CountTokens, state.config())?;
-    let b = ready(state)?;
-    check_model(b, req.model.as_deref())?;
-    let p = prepare(
-        req,
-        &b.tokenizer,
-        b.template.as_deref(),
-        state.config(),
-        false,
-    )?;
+    let (_, p) = read_prepared(state, body, Endpoint::CountTokens, false)?;
     Ok(axum::Json(json!({ "input_tokens": p.prompt.len() })).into_response())
 }
 
@@ -600,17 +569,7 @@ async fn messages_inner(
     state: &AppState,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let bytes = body_bytes(body, state.config().max_body_bytes)?;
-    let req = read(&bytes, Endpoint::Messages, state.config())?;
-    let b = ready(state)?;
-    check_model(b, req.model.as_deref())?;
-    let p = prepare(
-        req,
-        &b.tokenizer,
-        b.template.as_deref(),
-        state.config(),
-        true,
-    )?;
+    let (b, p) = read_prepared(state, body, Endpoint::Messages, true)?;
     let input_tokens = p.prompt.len();
     let n_ctx = b.engine.config().n_ctx;
     let request = params::requests(&p.params, p.prompt, n_ctx, state.config(), "messages")?
@@ -783,6 +742,8 @@ async fn collect(reply: &Reply, handle: RequestHandle) -> Result<Value, ApiError
 enum Open {
     Text,
     Thinking,
+    /// A `tool_use` block: the call's index among the reply's calls.
+    Tool(usize),
 }
 
 /// Anthropic's stream events for one reply, in order: `message_start` and a `ping`, then
@@ -832,6 +793,8 @@ impl Events {
         let block = match kind {
             Open::Text => json!({"type": "text", "text": ""}),
             Open::Thinking => json!({"type": "thinking", "thinking": "", "signature": ""}),
+            // Tool blocks are opened by `call` (they carry a name).
+            Open::Tool(_) => return,
         };
         self.push(
             "content_block_start",
@@ -860,34 +823,37 @@ impl Events {
         );
     }
 
-    /// The end: the open block closed, each call as a `tool_use` block whose input arrives
-    /// as one `input_json_delta`, then `message_delta` and `message_stop`.
-    fn end(
-        &mut self,
-        calls: &[ParsedCall],
-        stop_reason: &str,
-        stop_sequence: Option<String>,
-        output_tokens: usize,
-    ) {
-        self.close();
-        for c in calls {
-            let index = self.next;
-            self.next += 1;
-            self.push(
-                "content_block_start",
-                json!({"type": "content_block_start", "index": index, "content_block":
-                    {"type": "tool_use", "id": tool_use_id(), "name": c.name, "input": {}}}),
-            );
-            self.push(
-                "content_block_delta",
-                json!({"type": "content_block_delta", "index": index, "delta":
-                    {"type": "input_json_delta", "partial_json": call_input(c).to_string()}}),
-            );
-            self.push(
-                "content_block_stop",
-                json!({"type": "content_block_stop", "index": index}),
-            );
+    /// A piece of a call: a new `tool_use` block (its name), or more of its input JSON
+    /// as an `input_json_delta`, forwarded as the model generates it.
+    fn call(&mut self, d: CallDelta) {
+        match d {
+            CallDelta::Start { index, name } => {
+                self.close();
+                self.push(
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": self.next, "content_block":
+                        {"type": "tool_use", "id": tool_use_id(), "name": name, "input": {}}}),
+                );
+                self.next += 1;
+                self.open = Some(Open::Tool(index));
+            }
+            CallDelta::Arguments { index, text } => {
+                if self.open != Some(Open::Tool(index)) {
+                    // Only the open call's input can grow (calls arrive in order).
+                    return;
+                }
+                self.push(
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": self.next - 1, "delta":
+                        {"type": "input_json_delta", "partial_json": text}}),
+                );
+            }
         }
+    }
+
+    /// The end: the open block closed, then `message_delta` and `message_stop`.
+    fn end(&mut self, stop_reason: &str, stop_sequence: Option<String>, output_tokens: usize) {
+        self.close();
         self.push(
             "message_delta",
             json!({"type": "message_delta",
@@ -926,11 +892,16 @@ impl StreamState {
                 self.generated.ids.push(id);
                 self.generated.released.push_str(&text);
                 let mut pieces = Vec::new();
+                let mut deltas = Vec::new();
                 if let Some(sp) = &mut self.splitter {
                     sp.push(self.reply.spec.token_text(id, &text), &mut pieces);
+                    deltas = sp.take_deltas();
                 }
                 for p in pieces {
                     self.events.piece(p);
+                }
+                for d in deltas {
+                    self.events.call(d);
                 }
             }
             Some(Event::Done { finish, usage, .. }) => {
@@ -942,29 +913,24 @@ impl StreamState {
                     return;
                 }
                 let mut pieces = Vec::new();
-                let calls = self
+                let (calls, deltas) = self
                     .splitter
                     .take()
-                    .map(|sp| sp.finish(&mut pieces))
+                    .map(|sp| sp.finish_streamed(&mut pieces))
                     .unwrap_or_default();
                 for p in pieces {
                     self.events.piece(p);
                 }
+                for d in deltas {
+                    self.events.call(d);
+                }
                 let (reason, seq) = self.reply.stop(finish, !calls.is_empty(), &self.generated);
-                self.events
-                    .end(&calls, reason, seq, usage.completion_tokens);
+                self.events.end(reason, seq, usage.completion_tokens);
             }
             Some(Event::Error(e)) => {
                 self.finished = true;
                 let e = ApiError::from(e);
-                if e.status.is_server_error() {
-                    eprintln!(
-                        "kiln serve: {} (in a stream) {}",
-                        e.status.as_u16(),
-                        e.message
-                    );
-                    self.state.count(|c| c.http_errors_5xx += 1);
-                }
+                self.state.count_error(&e, true);
                 self.events.error(&e);
             }
             None => {
@@ -1180,11 +1146,17 @@ mod tests {
         e.piece(Piece::Content("Hel".into()));
         e.piece(Piece::Content(String::new()));
         e.piece(Piece::Content("lo".into()));
-        let calls = vec![ParsedCall {
+        e.call(CallDelta::Start {
+            index: 0,
             name: "f".into(),
-            arguments: r#"{"a": 1}"#.into(),
-        }];
-        e.end(&calls, "tool_use", None, 7);
+        });
+        for text in [r#"{"a":"#, "1}"] {
+            e.call(CallDelta::Arguments {
+                index: 0,
+                text: text.into(),
+            });
+        }
+        e.end("tool_use", None, 7);
         assert_eq!(
             names(&e),
             [
@@ -1196,6 +1168,7 @@ mod tests {
                 "content_block_delta",
                 "content_block_stop",
                 "content_block_start",
+                "content_block_delta",
                 "content_block_delta",
                 "content_block_stop",
                 "message_delta",
@@ -1236,20 +1209,22 @@ mod tests {
         assert_eq!(
             *d[8],
             json!({"type":"content_block_delta","index":2,
-                "delta":{"type":"input_json_delta","partial_json":"{\"a\":1}"}})
+                "delta":{"type":"input_json_delta","partial_json":"{\"a\":"}})
         );
+        assert_eq!(d[9]["delta"]["partial_json"], "1}");
+        assert_eq!(*d[10], json!({"type":"content_block_stop","index":2}));
         assert_eq!(
-            *d[10],
+            *d[11],
             json!({"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},
                 "usage":{"output_tokens":7}})
         );
-        assert_eq!(*d[11], json!({"type":"message_stop"}));
+        assert_eq!(*d[12], json!({"type":"message_stop"}));
     }
 
     #[test]
     fn an_empty_reply_streams_no_content_block() {
         let mut e = Events::default();
-        e.end(&[], "max_tokens", None, 3);
+        e.end("max_tokens", None, 3);
         assert_eq!(names(&e), ["message_delta", "message_stop"]);
     }
 

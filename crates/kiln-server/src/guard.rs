@@ -1,9 +1,11 @@
 //! Deployment safety: the API key check, CORS, the body read timeout (middleware on the
-//! router), and the connection loop with its header/idle timeout and connection limit
-//! (what `axum::serve` does, plus those limits).
+//! router), and the connection loop with its header/idle timeout, write timeout,
+//! connection limit and optional TLS (what `axum::serve` does, plus those limits).
 
-use std::pin::pin;
+use std::io;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
@@ -14,7 +16,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::Watcher;
 use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -231,21 +235,192 @@ async fn refuse(mut stream: tokio::net::TcpStream, answer: &[u8]) {
     let _ = tokio::time::timeout(REFUSAL_LINGER, deliver).await;
 }
 
-/// Serves `app` on `listener` over HTTP/1.1 until `shutdown` resolves, then waits for the
-/// open connections to finish their requests. A connection is closed when its request head
-/// (the first, or the next one after a response) has not arrived within `header_timeout`;
-/// connections beyond `max_connections` are answered 503 and closed on accept.
+/// A connection whose writes stall (the peer stopped reading and the socket buffers are
+/// full) for longer than the timeout fails with `TimedOut`: hyper then closes it and drops
+/// the response, which cancels its requests and frees their slots and KV blocks. A write
+/// that makes progress restarts the clock; waiting for tokens to send is not a stall.
+pub(crate) struct WriteTimeout<S> {
+    inner: S,
+    timeout: Duration,
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S> WriteTimeout<S> {
+    pub(crate) fn new(inner: S, timeout: Duration) -> Self {
+        WriteTimeout {
+            inner,
+            timeout,
+            stalled: None,
+        }
+    }
+
+    /// The result of a write attempt: pending starts (or continues) the stall clock.
+    fn watch<T>(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        if r.is_ready() {
+            self.stalled = None;
+            return r;
+        }
+        if self.timeout.is_zero() {
+            return Poll::Pending;
+        }
+        let timeout = self.timeout;
+        let sleep = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        match sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the client read nothing for {timeout:?} (write timeout)"),
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for WriteTimeout<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for WriteTimeout<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.watch(cx, r)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.watch(cx, r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_flush(cx);
+        this.watch(cx, r)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_shutdown(cx);
+        this.watch(cx, r)
+    }
+}
+
+/// How connections are accepted and guarded ([`serve_connections`]).
+pub(crate) struct ConnectionLimits {
+    /// The request head (first, or next after a response) must arrive within this.
+    pub header_timeout: Duration,
+    /// A write may stall this long (zero: forever).
+    pub write_timeout: Duration,
+    pub max_connections: usize,
+    /// HTTPS instead of HTTP.
+    pub tls: Option<crate::tls::TlsConfig>,
+}
+
+/// The answer to plain HTTP sent to the HTTPS port (then the connection is closed).
+fn plain_http_response() -> Vec<u8> {
+    let body = serde_json::json!({"error": {
+        "message": "this port speaks HTTPS (TLS); the request was sent as plain HTTP",
+        "type": "invalid_request_error",
+        "param": null,
+        "code": "tls_required",
+    }})
+    .to_string();
+    let mut r = format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    r.extend_from_slice(body.as_bytes());
+    r
+}
+
+/// The first byte of a TLS connection (a handshake record).
+const TLS_HANDSHAKE: u8 = 0x16;
+
+/// Serves one accepted connection: HTTP/1.1 over `io`, under the header timeout.
+async fn serve_http<S>(io: S, app: Router, watcher: Watcher, header_timeout: Duration)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = TowerToHyperService::new(app);
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .serve_connection(TokioIo::new(io), svc);
+    let _ = watcher.watch(conn).await;
+}
+
+/// The TLS handshake (within the header timeout), then HTTP. A connection whose first
+/// byte is not a TLS handshake (plain HTTP) is answered 400 `tls_required` and closed.
+async fn serve_tls(
+    stream: WriteTimeout<tokio::net::TcpStream>,
+    acceptor: tokio_rustls::TlsAcceptor,
+    app: Router,
+    watcher: Watcher,
+    header_timeout: Duration,
+    plain_answer: Arc<[u8]>,
+) {
+    let mut first = [0u8; 1];
+    let peeked = tokio::time::timeout(header_timeout, stream.inner.peek(&mut first)).await;
+    match peeked {
+        Ok(Ok(1)) if first[0] == TLS_HANDSHAKE => {}
+        Ok(Ok(1)) => {
+            refuse(stream.inner, &plain_answer).await;
+            return;
+        }
+        _ => return,
+    }
+    let Ok(Ok(tls)) = tokio::time::timeout(header_timeout, acceptor.accept(stream)).await else {
+        return;
+    };
+    serve_http(tls, app, watcher, header_timeout).await;
+}
+
+/// Serves `app` on `listener` over HTTP/1.1 (over TLS when `limits.tls` is set) until
+/// `shutdown` resolves, then waits for the open connections to finish their requests. A
+/// connection is closed when its request head (the first, or the next one after a
+/// response) has not arrived within the header timeout, or when a write has stalled for
+/// the write timeout; connections beyond `max_connections` are answered 503 and closed on
+/// accept.
 pub(crate) async fn serve_connections(
     listener: tokio::net::TcpListener,
     app: Router,
     shutdown: impl Future<Output = ()>,
-    header_timeout: Duration,
-    max_connections: usize,
+    limits: ConnectionLimits,
 ) -> std::io::Result<()> {
+    let ConnectionLimits {
+        header_timeout,
+        write_timeout,
+        max_connections,
+        tls,
+    } = limits;
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let permits = Arc::new(tokio::sync::Semaphore::new(max_connections));
     let refusals = Arc::new(tokio::sync::Semaphore::new(MAX_REFUSALS));
     let refusal: Arc<[u8]> = refusal_response(max_connections).into();
+    let plain_answer: Arc<[u8]> = plain_http_response().into();
+    let acceptor = tls.map(|t| tokio_rustls::TlsAcceptor::from(t.0));
     let mut shutdown = pin!(shutdown);
     loop {
         let stream = tokio::select! {
@@ -272,16 +447,25 @@ pub(crate) async fn serve_connections(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let svc = TowerToHyperService::new(app.clone());
-        let conn = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(header_timeout)
-            .serve_connection(TokioIo::new(stream), svc);
-        let conn = graceful.watch(conn);
-        tokio::spawn(async move {
-            let _ = conn.await;
-            drop(permit);
-        });
+        let stream = WriteTimeout::new(stream, write_timeout);
+        let watcher = graceful.watcher();
+        let app = app.clone();
+        match &acceptor {
+            None => {
+                tokio::spawn(async move {
+                    serve_http(stream, app, watcher, header_timeout).await;
+                    drop(permit);
+                });
+            }
+            Some(acceptor) => {
+                let acceptor = acceptor.clone();
+                let plain = Arc::clone(&plain_answer);
+                tokio::spawn(async move {
+                    serve_tls(stream, acceptor, app, watcher, header_timeout, plain).await;
+                    drop(permit);
+                });
+            }
+        }
     }
     drop(listener);
     graceful.shutdown().await;

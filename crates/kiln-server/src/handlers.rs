@@ -25,7 +25,10 @@ use crate::wire::{
 };
 
 /// The body as bytes: 413 over the limit, 400 when unreadable.
-fn body_bytes(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes, ApiError> {
+pub(crate) fn body_bytes(
+    body: Result<Bytes, BytesRejection>,
+    limit: usize,
+) -> Result<Bytes, ApiError> {
     body.map_err(|r| {
         if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::too_large(limit)
@@ -62,7 +65,7 @@ pub(crate) fn read_request<T: serde::de::DeserializeOwned>(
 }
 
 /// The backend, unless the server is loading or shutting down (503).
-fn ready(state: &AppState) -> Result<&Backend, ApiError> {
+pub(crate) fn ready(state: &AppState) -> Result<&Backend, ApiError> {
     if state.is_shutting_down() {
         return Err(ApiError::unavailable("the server is shutting down"));
     }
@@ -71,7 +74,7 @@ fn ready(state: &AppState) -> Result<&Backend, ApiError> {
         .ok_or_else(|| ApiError::unavailable("the model is still loading; retry shortly"))
 }
 
-fn check_model(b: &Backend, model: Option<&str>) -> Result<(), ApiError> {
+pub(crate) fn check_model(b: &Backend, model: Option<&str>) -> Result<(), ApiError> {
     if b.serves(model) {
         Ok(())
     } else {
@@ -79,22 +82,22 @@ fn check_model(b: &Backend, model: Option<&str>) -> Result<(), ApiError> {
     }
 }
 
-/// Counts the answer's class and turns it into a response.
+/// Counts the answer's class and turns it into a response (OpenAI's error shape).
 fn finish(state: &AppState, r: Result<Response, ApiError>) -> Response {
+    finish_as(state, r, IntoResponse::into_response)
+}
+
+/// Counts the answer's class; an error becomes the response `answer` makes of it.
+pub(crate) fn finish_as(
+    state: &AppState,
+    r: Result<Response, ApiError>,
+    answer: impl FnOnce(ApiError) -> Response,
+) -> Response {
     match r {
         Ok(r) => r,
         Err(e) => {
-            if e.status.is_server_error() {
-                eprintln!("kiln serve: {} {}", e.status.as_u16(), e.message);
-            }
-            state.count(|c| {
-                if e.status.is_server_error() {
-                    c.http_errors_5xx += 1;
-                } else {
-                    c.http_errors_4xx += 1;
-                }
-            });
-            e.into_response()
+            state.count_error(&e, false);
+            answer(e)
         }
     }
 }

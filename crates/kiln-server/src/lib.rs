@@ -15,7 +15,7 @@
 //!
 //! **Owns:** HTTP and JSON wire types, request validation (every request field is in
 //! one list, [`fields`]), SSE framing, the metrics exposition, and deployment safety (API
-//! keys, CORS, read timeouts, the connection limit).
+//! keys, CORS, read and write timeouts, the connection limit, TLS).
 //!
 //! **Must never:** schedule tokens itself (that is `kiln-engine`) or run kernels; never
 //! truncate a prompt silently (a prompt over the context is a 400).
@@ -33,6 +33,7 @@ mod params;
 mod routes;
 mod state;
 mod stream;
+pub mod tls;
 mod tools;
 mod utility;
 pub mod wire;

@@ -89,14 +89,13 @@ pub async fn run(
         });
     };
     let cfg = state.config();
-    guard::serve_connections(
-        listener,
-        app,
-        signal,
-        cfg.header_timeout,
-        cfg.max_connections,
-    )
-    .await?;
+    let limits = guard::ConnectionLimits {
+        header_timeout: cfg.header_timeout,
+        write_timeout: cfg.write_timeout,
+        max_connections: cfg.max_connections,
+        tls: cfg.tls.clone(),
+    };
+    guard::serve_connections(listener, app, signal, limits).await?;
     if let Some(b) = state.backend() {
         let engine = b.engine.clone();
         let _ = tokio::task::spawn_blocking(move || engine.shutdown(true)).await;

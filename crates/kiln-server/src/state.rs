@@ -54,6 +54,11 @@ pub struct ServerConfig {
     /// The most open connections; one more is answered 503 `too_many_connections` and
     /// closed as soon as it is accepted.
     pub max_connections: usize,
+    /// A connection whose writes make no progress this long (the client stopped reading
+    /// a streamed answer) is closed and its requests cancelled; zero: never.
+    pub write_timeout: Duration,
+    /// Serve HTTPS with this certificate and key ([`crate::tls::load`]); `None`: HTTP.
+    pub tls: Option<crate::tls::TlsConfig>,
     /// After Ctrl-C / SIGTERM, the server keeps serving for this long with `/health`
     /// answering 503 (so load balancers take it out of rotation while requests they
     /// already routed here still succeed); then the drain above begins.
@@ -91,6 +96,8 @@ impl Default for ServerConfig {
             header_timeout: Duration::from_secs(30),
             body_timeout: Duration::from_secs(60),
             max_connections: 1024,
+            write_timeout: Duration::from_secs(60),
+            tls: None,
             shutdown_delay: Duration::ZERO,
             metrics_compat: MetricsCompat::Vllm,
         }
@@ -210,6 +217,18 @@ impl AppState {
 
     pub(crate) fn counters(&self) -> ServerCounters {
         self.0.counters.lock().map(|c| *c).unwrap_or_default()
+    }
+
+    /// Counts an error answer (logging server errors); `in_stream`: sent inside a stream
+    /// that had already answered 200, where only server errors are counted.
+    pub(crate) fn count_error(&self, e: &crate::error::ApiError, in_stream: bool) {
+        if e.status.is_server_error() {
+            let place = if in_stream { " (in a stream)" } else { "" };
+            eprintln!("kiln serve: {}{place} {}", e.status.as_u16(), e.message);
+            self.count(|c| c.http_errors_5xx += 1);
+        } else if !in_stream {
+            self.count(|c| c.http_errors_4xx += 1);
+        }
     }
 
     /// Takes a slot under `max_concurrent_requests`, or refuses with 429.

@@ -17,6 +17,7 @@ use kiln_tokenizer::Tokenizer;
 
 use crate::error::ApiError;
 use crate::state::{AppState, InFlight};
+use crate::tools::deltas::CallDelta;
 use crate::tools::split::{Piece, Splitter};
 use crate::tools::{self, OutputSpec};
 use crate::wire::{
@@ -36,6 +37,50 @@ fn pieces_delta(pieces: Vec<Piece>) -> Delta {
             Piece::Content(c) => d.content.get_or_insert_default().push_str(&c),
             Piece::Reasoning(r) => d.reasoning_content.get_or_insert_default().push_str(&r),
         }
+    }
+    d
+}
+
+/// Call deltas as OpenAI's `delta.tool_calls` entries: a call's first entry carries its
+/// index, a fresh id, `type` and name (arguments `""` or their first text), later ones the
+/// index and more arguments text (consecutive pieces of one call in one entry).
+fn tool_call_deltas(deltas: Vec<CallDelta>) -> Option<Vec<ToolCallDelta>> {
+    let mut v: Vec<ToolCallDelta> = Vec::new();
+    for d in deltas {
+        match d {
+            CallDelta::Start { index, name } => v.push(ToolCallDelta {
+                index,
+                id: Some(tools::call_id()),
+                kind: Some("function"),
+                function: FunctionDelta {
+                    name: Some(name),
+                    arguments: String::new(),
+                },
+            }),
+            CallDelta::Arguments { index, text } => match v.last_mut() {
+                Some(last) if last.index == index => last.function.arguments.push_str(&text),
+                _ => v.push(ToolCallDelta {
+                    index,
+                    id: None,
+                    kind: None,
+                    function: FunctionDelta {
+                        name: None,
+                        arguments: text,
+                    },
+                }),
+            },
+        }
+    }
+    (!v.is_empty()).then_some(v)
+}
+
+/// A delta with released pieces and call deltas (`content` left out when the chunk
+/// carries only calls).
+fn split_delta(pieces: Vec<Piece>, deltas: Vec<CallDelta>) -> Delta {
+    let mut d = pieces_delta(pieces);
+    d.tool_calls = tool_call_deltas(deltas);
+    if d.tool_calls.is_some() && d.content.as_deref() == Some("") {
+        d.content = None;
     }
     d
 }
@@ -274,7 +319,7 @@ impl SseState {
                                     spec.map_or(text.as_str(), |o| o.token_text(id, &text)),
                                     &mut pieces,
                                 );
-                                pieces_delta(pieces)
+                                split_delta(pieces, sp.take_deltas())
                             }
                             None => Delta {
                                 content: Some(text.to_string()),
@@ -298,35 +343,12 @@ impl SseState {
                 let mut f = Some(finish.as_str());
                 if let Some(sp) = self.splitters[slot].take() {
                     let mut pieces = Vec::new();
-                    let calls = sp.finish(&mut pieces);
-                    if !pieces.is_empty() {
-                        let chunk =
-                            self.ctx
-                                .chat_chunk(index, pieces_delta(pieces), None, None, None);
-                        self.pending.push_back(chunk);
-                    }
+                    let (calls, deltas) = sp.finish_streamed(&mut pieces);
                     if !calls.is_empty() {
                         f = Some(tools::finish_reason(finish, true));
-                        let deltas = calls
-                            .into_iter()
-                            .enumerate()
-                            .map(|(i, c)| {
-                                let c = tools::call_out(c);
-                                ToolCallDelta {
-                                    index: i,
-                                    id: Some(c.id),
-                                    kind: Some(c.kind),
-                                    function: FunctionDelta {
-                                        name: Some(c.function.name),
-                                        arguments: c.function.arguments,
-                                    },
-                                }
-                            })
-                            .collect();
-                        let delta = Delta {
-                            tool_calls: Some(deltas),
-                            ..Delta::default()
-                        };
+                    }
+                    if !pieces.is_empty() || !deltas.is_empty() {
+                        let delta = split_delta(pieces, deltas);
                         let chunk = self.ctx.chat_chunk(index, delta, None, None, None);
                         self.pending.push_back(chunk);
                     }
@@ -343,14 +365,7 @@ impl SseState {
             Event::Error(e) => {
                 self.ended[slot] = true;
                 let e = ApiError::from(e);
-                if e.status.is_server_error() {
-                    eprintln!(
-                        "kiln serve: {} (in a stream) {}",
-                        e.status.as_u16(),
-                        e.message
-                    );
-                    self.state.count(|c| c.http_errors_5xx += 1);
-                }
+                self.state.count_error(&e, true);
                 self.pending.push_back(e.body());
             }
         }

@@ -7,14 +7,9 @@
 
 mod common;
 
-use std::process::Command;
-use std::sync::Arc;
-
-use common::{agent, post, start};
-use kiln_engine::{Engine, EngineConfig};
-use kiln_server::fields::{self, Endpoint, Status};
-use kiln_server::{AppState, Backend, ServerConfig};
-use kiln_testkit::server::Loaded;
+use common::{agent, post, run_client, send_field_table, start, start_model};
+use kiln_server::ServerConfig;
+use kiln_server::fields::{self, Endpoint};
 use serde_json::{Value, json};
 
 fn base(e: Endpoint) -> (&'static str, Value) {
@@ -80,26 +75,15 @@ fn events(body: &str) -> Vec<(String, Value)> {
 #[test]
 fn every_anthropic_field_in_the_table_gets_exactly_the_answer_its_row_says() {
     let addr = start(ServerConfig::default());
-    let mut checked = 0;
-    for e in [Endpoint::Messages, Endpoint::CountTokens] {
-        let (path, base) = base(e);
-        for f in fields::of(e) {
-            let mut body = base.clone();
-            body[f.name] = serde_json::from_str(f.example).unwrap();
-            let (status, text) = post(addr, path, &body);
-            match f.status {
-                Status::Honoured | Status::NoOp => {
-                    assert_eq!(status, 200, "{e:?} {}: {body} → {text}", f.name);
-                }
-                Status::Refused => {
-                    assert_eq!(status, 400, "{e:?} {}: {body} → {text}", f.name);
-                    let m = anthropic_error(&text, "invalid_request_error");
-                    assert!(m.starts_with(&format!("{}: ", f.name)), "{m}");
-                }
-            }
-            checked += 1;
-        }
-    }
+    let checked = send_field_table(
+        addr,
+        &[Endpoint::Messages, Endpoint::CountTokens],
+        base,
+        |_, name, text| {
+            let m = anthropic_error(text, "invalid_request_error");
+            assert!(m.starts_with(&format!("{name}: ")), "{m}");
+        },
+    );
     assert_eq!(
         checked,
         fields::of(Endpoint::Messages).count() + fields::of(Endpoint::CountTokens).count()
@@ -287,52 +271,20 @@ const QWEN: &str = "qwen2.5-coder-0.5b";
 
 #[test]
 fn the_anthropic_client_streams_stops_calls_tools_and_counts_tokens() {
-    let Loaded {
-        model,
-        tokenizer,
-        template,
-    } = kiln_testkit::server::load(QWEN);
-    let mut cfg = EngineConfig::for_model(&model);
-    cfg.n_ctx = 2048;
-    cfg.threads = 2;
-    let shape = cfg.kv.config(model.config(), 0);
-    cfg.kv.memory = Some(shape.blocks_for_tokens(2048) * 2 * shape.block_bytes());
-    let engine = Engine::start(model, Arc::clone(&tokenizer), cfg).expect("engine");
-    let state = AppState::ready(
+    let addr = start_model(
+        QWEN,
         ServerConfig {
             api_keys: vec!["sk-kiln-test".into()],
             ..ServerConfig::default()
         },
-        Backend {
-            engine,
-            tokenizer,
-            template: Some(template),
-            model_id: QWEN.into(),
-            aliases: Vec::new(),
-        },
+        2048,
+        2,
     );
-    let addr = kiln_testkit::server::serve(state);
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/clients/anthropic_messages.py"
-    );
-    let out = Command::new("python3")
-        .arg(script)
-        .arg(format!("http://{addr}"))
-        .arg(QWEN)
-        .arg("sk-kiln-test")
-        .output()
-        .expect("python3 is required by this test");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "the anthropic client checks failed (needs `pip install anthropic jsonschema`)\n\
-         stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    assert!(
-        stdout.contains("all anthropic client checks passed"),
-        "stdout:\n{stdout}"
+    let stdout = run_client(
+        "anthropic_messages.py",
+        &[format!("http://{addr}"), QWEN.into(), "sk-kiln-test".into()],
+        "anthropic jsonschema",
+        "all anthropic client checks passed",
     );
     println!("{stdout}");
 }

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{post, start};
+use common::{post, send_field_table, start};
 use kiln_server::ServerConfig;
 use kiln_server::fields::{self, Endpoint, Status};
 use serde_json::{Value, json};
@@ -29,31 +29,16 @@ fn base(e: Endpoint) -> (&'static str, Value) {
 #[test]
 fn every_field_in_the_table_gets_exactly_the_answer_its_row_says() {
     let addr = start(ServerConfig::default());
-    let mut checked = 0;
-    for e in [Endpoint::Completions, Endpoint::Chat] {
-        let (path, base) = base(e);
-        for f in fields::of(e) {
-            let mut body = base.clone();
-            let value: Value = serde_json::from_str(f.example).unwrap();
-            body[f.name] = value;
-            if f.name == "top_logprobs" {
-                body["logprobs"] = json!(true);
-            }
-            let (status, text) = post(addr, path, &body);
-            match f.status {
-                Status::Honoured | Status::NoOp => {
-                    assert_eq!(status, 200, "{e:?} {}: {body} → {text}", f.name);
-                }
-                Status::Refused => {
-                    assert_eq!(status, 400, "{e:?} {}: {body} → {text}", f.name);
-                    let v: Value = serde_json::from_str(&text).unwrap();
-                    assert_eq!(v["error"]["param"], f.name, "{e:?}: {text}");
-                    assert_eq!(v["error"]["type"], "invalid_request_error", "{text}");
-                }
-            }
-            checked += 1;
-        }
-    }
+    let checked = send_field_table(
+        addr,
+        &[Endpoint::Completions, Endpoint::Chat],
+        base,
+        |e, name, text| {
+            let v: Value = serde_json::from_str(text).unwrap();
+            assert_eq!(v["error"]["param"], name, "{e:?}: {text}");
+            assert_eq!(v["error"]["type"], "invalid_request_error", "{text}");
+        },
+    );
     assert_eq!(
         checked,
         fields::of(Endpoint::Completions).count() + fields::of(Endpoint::Chat).count()

@@ -7,8 +7,10 @@
 //!   ends inside the call syntax and a grammar built from the tool schemas constrains the
 //!   reply so its arguments always parse.
 //! - Reply side ([`split`]): the text split into `reasoning_content`, `content` and
-//!   `tool_calls` by the template's [`Family`], incrementally for streams.
+//!   `tool_calls` by the template's [`Family`], incrementally for streams; a streamed
+//!   call's name and arguments are forwarded as they are generated ([`deltas`]).
 
+pub mod deltas;
 mod family;
 mod parse;
 pub mod split;

@@ -1,6 +1,9 @@
 //! The call part of a reply split into content and tool calls, by family.
 
+use std::collections::BTreeMap;
+
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::family::Family;
 
@@ -11,33 +14,58 @@ pub struct ParsedCall {
     pub arguments: String,
 }
 
+/// JSON text as written, without the whitespace between its tokens (string contents are
+/// kept exactly). A call's `arguments` are the model's own text in this form, so a stream
+/// can forward them as they are generated and the fragments add up to the same string.
+pub fn compact(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    let (mut in_string, mut escape) = (false, false);
+    for c in json.chars() {
+        if in_string {
+            if escape {
+                escape = false;
+            } else if c == '\\' {
+                escape = true;
+            } else if c == '"' {
+                in_string = false;
+            }
+        } else if c == '"' {
+            in_string = true;
+        } else if matches!(c, ' ' | '\t' | '\n' | '\r') {
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// One call object `{"name": …, <key>: {…}}` (`arguments` may also be a JSON string).
-fn call_of(v: &Value, key: &str) -> Option<ParsedCall> {
-    let obj = v.as_object()?;
-    let name = obj.get("name")?.as_str()?.to_string();
+fn call_of(raw: &RawValue, key: &str) -> Option<ParsedCall> {
+    let obj: BTreeMap<String, Box<RawValue>> = serde_json::from_str(raw.get()).ok()?;
+    let name = serde_json::from_str::<String>(obj.get("name")?.get()).ok()?;
     let args = obj
         .get(key)
         .or_else(|| obj.get("arguments"))
         .or_else(|| obj.get("parameters"))?;
-    let arguments = match args {
+    let arguments = match serde_json::from_str::<Value>(args.get()).ok()? {
         Value::String(s) => {
             // Some models quote the arguments; keep them only if they are JSON.
-            serde_json::from_str::<Value>(s).ok()?;
-            s.clone()
+            serde_json::from_str::<Value>(&s).ok()?;
+            s
         }
-        Value::Object(_) => args.to_string(),
+        Value::Object(_) => compact(args.get()),
         _ => return None,
     };
     Some(ParsedCall { name, arguments })
 }
 
 /// The JSON values written back to back in `text` (separated by whitespace, `,` or `;`),
-/// or `None` if anything else is there.
-fn json_values(text: &str) -> Option<Vec<Value>> {
+/// as written, or `None` if anything else is there.
+fn json_values(text: &str) -> Option<Vec<Box<RawValue>>> {
     let mut out = Vec::new();
     let mut rest = text.trim();
     while !rest.is_empty() {
-        let mut it = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
+        let mut it = serde_json::Deserializer::from_str(rest).into_iter::<Box<RawValue>>();
         let v = it.next()?.ok()?;
         out.push(v);
         rest = rest[it.byte_offset()..]
@@ -94,9 +122,13 @@ pub fn parse(family: Family, text: &str) -> (String, Vec<ParsedCall>) {
             };
             let mut calls = Vec::new();
             for v in vs {
-                let items = match v {
-                    Value::Array(items) => items,
-                    other => vec![other],
+                let items = if v.get().starts_with('[') {
+                    match serde_json::from_str::<Vec<Box<RawValue>>>(v.get()) {
+                        Ok(items) => items,
+                        Err(_) => return whole(),
+                    }
+                } else {
+                    vec![v]
                 };
                 for item in &items {
                     match call_of(item, "arguments") {
@@ -113,11 +145,16 @@ pub fn parse(family: Family, text: &str) -> (String, Vec<ParsedCall>) {
             if !body.starts_with('{') {
                 return whole();
             }
-            let Ok(v) = serde_json::from_str::<Value>(body) else {
+            let Ok(v) = serde_json::from_str::<BTreeMap<String, Box<RawValue>>>(body) else {
                 return whole();
             };
             let list = match (v.get("tool_calls"), v.get("tool_call")) {
-                (Some(Value::Array(l)), _) => l.clone(),
+                (Some(l), _) if l.get().starts_with('[') => {
+                    match serde_json::from_str::<Vec<Box<RawValue>>>(l.get()) {
+                        Ok(l) => l,
+                        Err(_) => return whole(),
+                    }
+                }
                 (_, Some(c)) => vec![c.clone()],
                 _ => return whole(),
             };

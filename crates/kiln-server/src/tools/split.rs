@@ -1,11 +1,14 @@
 //! The reply, as it arrives, split into reasoning (`<think>…</think>`), content and tool
 //! calls. Content is released as soon as it cannot be the start of a call or of a closing
-//! `</think>`; from a call's trigger on, the text is held and parsed when the reply ends.
-//! Streaming and one-body answers both use it, so they split the same text the same way.
+//! `</think>`; from a call's trigger on, the text is held and parsed when the reply ends,
+//! and meanwhile read by a [`CallScanner`] so a stream can forward each call's name and
+//! arguments as they are generated. Streaming and one-body answers both use it, so they
+//! split the same text the same way.
 
 use std::sync::Arc;
 
 use super::OutputSpec;
+use super::deltas::{CallDelta, CallScanner};
 use super::family::Family;
 use super::parse::{ParsedCall, parse};
 
@@ -38,6 +41,10 @@ pub struct Splitter {
     call: String,
     /// A `</think>` was read: whitespace after it is not content.
     after_think: bool,
+    /// Reads the call text as it grows (when the reply may hold calls).
+    scanner: Option<CallScanner>,
+    /// Call deltas found and not taken yet.
+    deltas: Vec<CallDelta>,
 }
 
 /// The length of the longest suffix of `s` that is a proper prefix of `pat` (text to hold
@@ -59,11 +66,13 @@ impl Splitter {
             (State::Start, String::new())
         };
         Splitter {
+            scanner: spec.family.map(CallScanner::new),
             spec,
             state,
             buf: String::new(),
             call,
             after_think: false,
+            deltas: Vec::new(),
         }
     }
 
@@ -77,6 +86,16 @@ impl Splitter {
                 break;
             }
         }
+        if self.state == State::Call
+            && let Some(sc) = &mut self.scanner
+        {
+            sc.scan(&self.call, &mut self.deltas);
+        }
+    }
+
+    /// The call deltas found since the last call (streams send them as they come).
+    pub fn take_deltas(&mut self) -> Vec<CallDelta> {
+        std::mem::take(&mut self.deltas)
     }
 
     fn release(&mut self, n: usize, out: &mut Vec<Piece>, reasoning: bool) {
@@ -175,7 +194,22 @@ impl Splitter {
 
     /// Ends the reply: releases what was held and returns the calls (none when the held
     /// text does not parse as calls; it is then content).
-    pub fn finish(mut self, out: &mut Vec<Piece>) -> Vec<ParsedCall> {
+    pub fn finish(self, out: &mut Vec<Piece>) -> Vec<ParsedCall> {
+        self.finish_streamed(out).0
+    }
+
+    /// [`Splitter::finish`], with the call deltas a stream still owes: those not taken
+    /// yet, then what completes the parsed calls.
+    pub fn finish_streamed(mut self, out: &mut Vec<Piece>) -> (Vec<ParsedCall>, Vec<CallDelta>) {
+        let calls = self.finish_inner(out);
+        let mut deltas = std::mem::take(&mut self.deltas);
+        if let Some(sc) = &self.scanner {
+            deltas.extend(sc.reconcile(&calls));
+        }
+        (calls, deltas)
+    }
+
+    fn finish_inner(&mut self, out: &mut Vec<Piece>) -> Vec<ParsedCall> {
         match self.state {
             State::Start | State::Text => {
                 let n = self.buf.len();

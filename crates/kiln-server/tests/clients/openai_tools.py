@@ -6,8 +6,10 @@
 Needs: pip install openai jsonschema. For tool_choice auto and required, streamed and not:
 the model calls get_weather, gets the result as a `tool` message, and answers in text
 (that turn with tool_choice none).
-Then 20 seeded sampled runs with tool_choice required, whose arguments must validate
-against the tool's schema. Exits non-zero, naming the failure, on any mismatch.
+A streamed call, accumulated from its deltas as the client's users do, must equal the
+non-streamed one (name and arguments text exactly), its arguments arriving in more than
+one delta. Then 20 seeded sampled runs with tool_choice required, whose arguments must
+validate against the tool's schema. Exits non-zero, naming the failure, on any mismatch.
 """
 
 import json
@@ -72,13 +74,16 @@ def ask(messages, choice, stream, seed, temperature):
         if d.content:
             content += d.content
         for t in d.tool_calls or []:
-            slot = calls.setdefault(t.index, {"id": None, "name": "", "arguments": ""})
+            slot = calls.setdefault(
+                t.index, {"id": None, "name": "", "arguments": "", "argument_deltas": 0}
+            )
             if t.id:
                 slot["id"] = t.id
             if t.function and t.function.name:
                 slot["name"] += t.function.name
             if t.function and t.function.arguments:
                 slot["arguments"] += t.function.arguments
+                slot["argument_deltas"] += 1
         if ch.finish_reason:
             finish = ch.finish_reason
     return content or None, [calls[i] for i in sorted(calls)], finish
@@ -129,9 +134,23 @@ def loop(choice, stream):
     print(f"ok {what}: {call['arguments']} -> {answer!r}")
 
 
+def same_calls_streamed(choice):
+    """The streamed calls, accumulated, equal the non-streamed ones."""
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
+    _, whole, _ = ask(messages, choice, False, 1, 0.0)
+    _, streamed, finish = ask(messages, choice, True, 1, 0.0)
+    key = lambda calls: [(c["name"], c["arguments"]) for c in calls]
+    assert key(streamed) == key(whole), f"{choice}: streamed {streamed} != {whole}"
+    for c in streamed:
+        assert c["argument_deltas"] > 1, f"{choice}: arguments in one delta: {c}"
+    print(f"ok streamed calls equal non-streamed ({choice}): {key(streamed)}, "
+          f"{[c['argument_deltas'] for c in streamed]} argument deltas")
+
+
 for choice in ("auto", "required"):
     for stream in (False, True):
         loop(choice, stream)
+    same_calls_streamed(choice)
 
 valid = 0
 for seed in range(20):
