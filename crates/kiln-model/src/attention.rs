@@ -8,11 +8,16 @@
 //!   values is accumulated in f16 with one rounding per multiply-add;
 //! - **prompt** (rows of a prompt of 64 tokens or more; llama.cpp's tiled path): the query
 //!   stays f32, the f16 keys and values are widened exactly, scores are fused f32 dot
-//!   products and the values are accumulated in f32.
+//!   products and the values are accumulated in f32; for a float cache with K and V of one
+//!   type the softmax runs tile by tile, as llama.cpp's tiled path runs it: per chunk of
+//!   keys one maximum, the accumulator and sum rescaled once, and every weight by
+//!   kiln-quant's vector `exp` (`AttnKernels::softmax_weights`; the chunks are whole pages
+//!   of about 128 keys on a grid fixed by position, so they depend on the page size but not
+//!   on the batch or the thread split).
 //!
 //! In both, each score is scaled (soft-capped, `c·tanh(s)`, for Gemma 2), the softmax is
-//! computed online (running maximum and sum, `exp` in f32) key by key, and the sum is
-//! multiplied by `1/sum` at the end. Matching these roundings keeps Kiln's outputs as close
+//! computed online (running maximum and sum, `exp` in f32) — key by key with libm's `expf`
+//! in the one-row arithmetic — and the sum is multiplied by `1/sum` at the end. Matching these roundings keeps Kiln's outputs as close
 //! to llama.cpp's as these models allow (see `docs/correctness.md`): the one-row arithmetic
 //! reproduces llama.cpp's greedy decoding, the prompt arithmetic its perplexity and KL figures
 //! (with the one-row arithmetic for prompts too, an f16 cache lost 0.0035 nats of KL to an
@@ -38,7 +43,7 @@
 use half::f16;
 use kiln_kv::{KvType, LayerView};
 use kiln_quant::GgmlType;
-use kiln_quant::attn::{AttnKernels, attn_kernels, hadamard_rotate};
+use kiln_quant::attn::{AttnKernels, attn_kernels, exp, hadamard_rotate};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -251,6 +256,13 @@ pub(crate) struct SeqAttn<'a> {
     pub(crate) prompt: bool,
 }
 
+/// Keys per chunk of the walk over the cache — the tiles of the prompt arithmetic's
+/// softmax, on a grid from position 0 — for pages of `block_size` tokens.
+#[cfg(test)]
+pub(crate) fn chunk_keys(block_size: usize) -> usize {
+    chunk_pages(block_size) * block_size
+}
+
 /// Pages per chunk: about [`CHUNK_KEYS`] keys.
 fn chunk_pages(block_size: usize) -> usize {
     (CHUNK_KEYS / block_size).max(1)
@@ -427,6 +439,9 @@ fn run_tile(
     let (shape, q, kv) = (&seq.shape, seq.q, &seq.kv);
     // f16 accumulator: the one-row arithmetic over an f16 cache.
     let acc_f16 = kv.v_type() == KvType::F16 && !seq.prompt;
+    // The softmax tile by tile: the prompt arithmetic over a float cache of one type (as
+    // llama.cpp's tiled path); key by key otherwise.
+    let tiled = seq.prompt && kv.k_type() == kv.v_type() && kv.k_type().is_float();
     let (hd, hdv, q_dim) = (cfg.head_dim, cfg.head_dim_v, cfg.q_dim());
     let rows = out.len() / hdv;
     let tokens = rows / heads;
@@ -509,7 +524,10 @@ fn run_tile(
         )
     };
     let per_chunk = chunk_pages(bs);
-    let mut p0 = key_lo / bs;
+    // Chunks on a grid fixed by position (not by the tile's first key), so a row's tiles
+    // of keys — and the prompt arithmetic's per-tile maximum — do not depend on which
+    // tokens share its task.
+    let mut p0 = key_lo / bs / per_chunk * per_chunk;
     while p0 * bs < key_hi {
         let p1 = (p0 + per_chunk).min(key_hi.div_ceil(bs));
         let np = p1 - p0;
@@ -558,6 +576,27 @@ fn run_tile(
                 continue;
             }
             let span = r * nk + lo - chunk_lo..r * nk + hi - chunk_lo;
+            if tiled {
+                // Tile by tile: one maximum for the chunk, what was accumulated rescaled
+                // once (at the row's first key of the chunk), every weight from it.
+                let s = &mut sc[span.clone()];
+                if let Some(c) = softcap {
+                    for s in s.iter_mut() {
+                        *s = c * s.tanh();
+                    }
+                }
+                let (m, tile_sum) = ak.softmax_weights(s, max, &mut slot.vs[span.clone()]);
+                let ms = &mut slot.ms[span];
+                ms.fill(1.0);
+                if m > max {
+                    let scale = exp(max - m);
+                    ms[0] = scale;
+                    sum *= scale;
+                }
+                slot.max[r] = m;
+                slot.sum[r] = sum + tile_sum;
+                continue;
+            }
             let ws = slot.ms[span.clone()]
                 .iter_mut()
                 .zip(&mut slot.vs[span.clone()]);

@@ -7,7 +7,7 @@ use kiln_kv::{KvCache, KvType};
 use kiln_quant::attn::attn_kernels_for;
 use kiln_quant::{GgmlType, Isa};
 
-use super::{AttnScratch, AttnShape, attention, attention_with};
+use super::{AttnScratch, AttnShape, attention, attention_with, chunk_keys};
 use crate::kv::KvOptions;
 use crate::{Model, ModelConfig};
 
@@ -52,7 +52,8 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
 /// values widened (exactly) to f32:
 /// - one-row (`prompt == false`): f16 query, sequential f32 sum of exact products, f16
 ///   accumulator (one rounding per multiply-add);
-/// - prompt: f32 query, sequential fused dot with the widened keys, f32 accumulator.
+/// - prompt: f32 query, sequential fused dot with the widened keys, f32 accumulator, the
+///   softmax tile by tile over the chunks of a cache with `bs`-token pages.
 fn plain_f16(
     cfg: &ModelConfig,
     shape: &AttnShape,
@@ -60,6 +61,7 @@ fn plain_f16(
     k: &[f16],
     v: &[f16],
     prompt: bool,
+    bs: usize,
 ) -> Vec<f32> {
     let (nh, hd) = (cfg.n_head, cfg.head_dim);
     let group = nh / cfg.n_head_kv;
@@ -80,9 +82,9 @@ fn plain_f16(
     };
     let v: Vec<f32> = v.iter().map(|x| x.to_f32()).collect();
     if prompt {
-        plain_attention::<f32>(cfg, shape, &dot, &v)
+        plain_attention::<f32>(cfg, shape, &dot, &v, Some(chunk_keys(bs)))
     } else {
-        plain_attention::<f16>(cfg, shape, &dot, &v)
+        plain_attention::<f16>(cfg, shape, &dot, &v, None)
     }
 }
 
@@ -120,19 +122,23 @@ fn plain_f32(
     dot: &dyn Fn(usize, usize, usize) -> f32,
     v: &[f32],
 ) -> Vec<f32> {
-    plain_attention::<f32>(cfg, shape, dot, v)
+    plain_attention::<f32>(cfg, shape, dot, v, None)
 }
 
 /// Online-softmax attention over f32 (or widened, or dequantized) V rows with an
 /// accumulator of type `A`, key by key. `dot(h, t, j)` is the raw score of query head `h`
 /// of token `t` against the key at position `j`; it is scaled (and soft-capped,
 /// `c·tanh(s)`, when the model has a cap), and only the keys within the sliding window, if
-/// any, are attended.
+/// any, are attended. With `tile`, the softmax runs tile by tile over the keys of each
+/// `tile`-key span from position 0 (llama.cpp's tiled path, see the module docs of
+/// `attention.rs`): one maximum per tile, what was accumulated rescaled once, the weights
+/// and their sum by the scalar oracle of `AttnKernels::softmax_weights`.
 fn plain_attention<A: Acc>(
     cfg: &ModelConfig,
     shape: &AttnShape,
     dot: &dyn Fn(usize, usize, usize) -> f32,
     v: &[f32],
+    tile: Option<usize>,
 ) -> Vec<f32> {
     let (nh, hdv) = (cfg.n_head, cfg.head_dim_v);
     let group = nh / cfg.n_head_kv;
@@ -149,7 +155,38 @@ fn plain_attention<A: Acc>(
             let g = h / group;
             let mut acc = vec![A::ZERO; hdv];
             let (mut max, mut sum) = (f32::NEG_INFINITY, 0.0f32);
-            for j in first..=pos {
+            let score = |j: usize| {
+                let s = dot(h, t, j) * scale;
+                match cfg.attn_softcap {
+                    Some(c) => c * s.tanh(),
+                    None => s,
+                }
+            };
+            if let Some(tk) = tile {
+                let oracle = attn_kernels_for(Isa::Scalar).expect("the scalar kernels");
+                let mut c0 = first / tk * tk;
+                while c0 <= pos {
+                    let keys = first.max(c0)..(pos + 1).min(c0 + tk);
+                    let s: Vec<f32> = keys.clone().map(score).collect();
+                    let mut w = vec![0.0; s.len()];
+                    let (m, tile_sum) = oracle.softmax_weights(&s, max, &mut w);
+                    if m > max {
+                        let ms = kiln_quant::attn::exp(max - m);
+                        acc.iter_mut().for_each(|a| *a = A::set(a.get() * ms));
+                        sum *= ms;
+                    }
+                    for (j, &vs) in keys.zip(&w) {
+                        let vj = &v[j * vd + g * hdv..][..hdv];
+                        for (a, &x) in acc.iter_mut().zip(vj) {
+                            *a = A::set(x.mul_add(vs, a.get()));
+                        }
+                    }
+                    max = m;
+                    sum += tile_sum;
+                    c0 += tk;
+                }
+            }
+            for j in (first..=pos).filter(|_| tile.is_none()) {
                 let mut s = dot(h, t, j) * scale;
                 if let Some(c) = cfg.attn_softcap {
                     s = c * s.tanh();
@@ -331,7 +368,7 @@ fn paged_f16_attention_equals_llama_cpps_one_row_and_prompt_arithmetic_bit_for_b
             };
             let q = &case.q[pos0 * case.cfg.q_dim()..];
             for prompt in [false, true] {
-                let want = plain_f16(&case.cfg, &shape, q, &k16, &v16, prompt);
+                let want = plain_f16(&case.cfg, &shape, q, &k16, &v16, prompt, bs);
                 case.prompt = prompt;
                 let got = case.paged(pos0, batch, window, None);
                 assert_eq!(
@@ -576,7 +613,7 @@ fn grouped_query_tiles_over_long_contexts_equal_the_plain_attention_bit_for_bit(
             };
             let q = &case.q[pos0 * case.cfg.q_dim()..];
             for prompt in [false, true] {
-                let want = bits(&plain_f16(&case.cfg, &shape, q, &k16, &v16, prompt));
+                let want = bits(&plain_f16(&case.cfg, &shape, q, &k16, &v16, prompt, 16));
                 case.prompt = prompt;
                 for batch in [n_ctx, 45, 1] {
                     let got = case.paged(pos0, batch, window, None);

@@ -716,3 +716,83 @@ macro_rules! accum_rows_kernel {
 accum_rows_kernel!(accum_rows_f16, f16, f16);
 accum_rows_kernel!(accum_rows_f32, f32, f32);
 accum_rows_kernel!(accum_rows_f16_f32, f32, f16);
+
+/// [`super::scalar::exp`] on eight lanes, the same operations in the same order.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn exp8(x: __m256) -> __m256 {
+    use super::scalar::{EXP_HI, EXP_LO, EXP_POLY, LN2_HI, LN2_LO, LOG2E};
+    // In range for the arithmetic (a NaN lane becomes `EXP_HI`; its result is replaced).
+    let xs = _mm256_max_ps(
+        _mm256_min_ps(x, _mm256_set1_ps(EXP_HI)),
+        _mm256_set1_ps(EXP_LO),
+    );
+    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
+        xs,
+        _mm256_set1_ps(LOG2E),
+    ));
+    let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_HI), xs);
+    let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_LO), r);
+    let mut p = _mm256_set1_ps(EXP_POLY[0]);
+    for &c in &EXP_POLY[1..] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    }
+    let one = _mm256_set1_ps(1.0);
+    p = _mm256_fmadd_ps(p, r, one);
+    p = _mm256_fmadd_ps(p, r, one);
+    let e = _mm256_slli_epi32::<23>(_mm256_add_epi32(
+        _mm256_cvtps_epi32(n),
+        _mm256_set1_epi32(127),
+    ));
+    let y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    let lo = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(EXP_LO));
+    let hi = _mm256_cmp_ps::<_CMP_GT_OQ>(x, _mm256_set1_ps(EXP_HI));
+    let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x);
+    let y = _mm256_blendv_ps(y, _mm256_setzero_ps(), lo);
+    let y = _mm256_blendv_ps(y, _mm256_set1_ps(f32::INFINITY), hi);
+    _mm256_blendv_ps(y, x, nan)
+}
+
+/// [`super::scalar::softmax_weights`]: sixteen scores a step in two registers (lanes 0–7
+/// and 8–15 of the oracle's partial sums), then eight, then the rest one at a time.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn softmax_weights(s: &[f32], m: f32, out: &mut [f32]) -> (f32, f32) {
+    let m = super::scalar::max_of(s, m);
+    let n = s.len();
+    let (sp, op) = (s.as_ptr(), out.as_mut_ptr());
+    let mv = _mm256_set1_ps(m);
+    let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let mut j = 0;
+    while j + 16 <= n {
+        // SAFETY: `j + 16 ≤ n ≤ out.len()` (the wrapper's check).
+        unsafe {
+            let e0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(sp.add(j)), mv));
+            let e1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(sp.add(j + 8)), mv));
+            _mm256_storeu_ps(op.add(j), e0);
+            _mm256_storeu_ps(op.add(j + 8), e1);
+            a0 = _mm256_add_ps(a0, e0);
+            a1 = _mm256_add_ps(a1, e1);
+        }
+        j += 16;
+    }
+    if j + 8 <= n {
+        // SAFETY: as above.
+        unsafe {
+            let e0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(sp.add(j)), mv));
+            _mm256_storeu_ps(op.add(j), e0);
+            a0 = _mm256_add_ps(a0, e0);
+        }
+        j += 8;
+    }
+    let mut lanes = [0.0f32; 16];
+    // SAFETY: `lanes` holds sixteen floats.
+    unsafe {
+        _mm256_storeu_ps(lanes.as_mut_ptr(), a0);
+        _mm256_storeu_ps(lanes.as_mut_ptr().add(8), a1);
+    }
+    for (j, (&x, o)) in s.iter().zip(out.iter_mut()).enumerate().skip(j) {
+        *o = super::scalar::exp(x - m);
+        lanes[j % 16] += *o;
+    }
+    (m, super::scalar::fold_lanes(lanes))
+}

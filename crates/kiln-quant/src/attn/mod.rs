@@ -24,23 +24,29 @@
 //! over the same pages: each row's result is that of the one-row kernel alone, bit for bit,
 //! and each key or value vector loaded (and widened from f16) serves several rows.
 //!
-//! The online-softmax bookkeeping between the two (running maximum, `exp`, running sum) is
-//! scalar and belongs to the caller, as do the page tables: every kernel takes the *offsets*
+//! The online-softmax bookkeeping between the two (running maximum, `exp`, running sum)
+//! belongs to the caller. Key by key (the one-row arithmetic) it is scalar; tile by tile
+//! (the prompt arithmetic) [`AttnKernels::softmax_weights`] computes a row's tile maximum,
+//! weights and their sum with a vector [`exp`] and a fixed summation order. The page tables
+//! are the caller's too: every kernel takes the *offsets*
 //! of the pages it reads (`pages`, in elements) into one arena slice and the page size `bs`
 //! (tokens per page).
 //!
 //! Which ISA implements what ([`AttnKernels::implementations`]):
 //!
-//! | kernel | scalar | avx2 |
-//! |---|---|---|
-//! | `round_f16`, `scores_f16`, `scores_f32`, `accum_f16`, `accum_f32` | ✓ (oracle) | ✓ (bit-identical) |
-//! | `scores_rows_*`, `accum_rows_*` (many rows over the same pages) | ✓ (the one-row oracle, row by row) | ✓ (bit-identical; each loaded key or value serves four rows) |
-//! | [`store_row`] F16, Q8_0 | ✓ | ✓ (kiln-quant activation converters) |
-//! | [`store_row`] F32, Q4_0, Q4_1, Q5_0 | ✓ | scalar (not hot: once per token) |
-//! | [`hadamard_rotate`] (rotation of quantized K/V, see [`hadamard`]) | ✓ | scalar (compiler-vectorised; a few thousand additions per token and layer) |
+//! | kernel | scalar | avx2 | avx512 |
+//! |---|---|---|---|
+//! | `round_f16`, `scores_f16`, `scores_f32`, `accum_f16`, `accum_f32` | ✓ (oracle) | ✓ (bit-identical) | avx2's |
+//! | `scores_rows_*`, `accum_rows_*` (many rows over the same pages) | ✓ (the one-row oracle, row by row) | ✓ (bit-identical; each loaded key or value serves four rows) | ✓ (bit-identical; 16 keys a register, up to 8 rows per key load; 4 rows × 64 dimensions of accumulator in registers; avx2's for pages or value rows not a multiple of 16) |
+//! | `softmax_weights` (tile softmax, [`exp`]) | ✓ (oracle) | ✓ (bit-identical) | ✓ (bit-identical) |
+//! | [`store_row`] F16, Q8_0 | ✓ | ✓ (kiln-quant activation converters) | avx2's |
+//! | [`store_row`] F32, Q4_0, Q4_1, Q5_0 | ✓ | scalar (not hot: once per token) | scalar |
+//! | [`hadamard_rotate`] (rotation of quantized K/V, see [`hadamard`]) | ✓ | scalar (compiler-vectorised; a few thousand additions per token and layer) | scalar |
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 pub mod hadamard;
 mod scalar;
 mod store;
@@ -51,6 +57,7 @@ use crate::isa::Isa;
 use crate::kernels::active_isa;
 
 pub use hadamard::{hadamard_rotate, key_rotation_size, value_rotation_size};
+pub use scalar::exp;
 pub use store::{KV_STORE_TYPES, store_row};
 
 /// `q` (f32, rounded to f16 or not) against `pages` of keys: `out[p·bs + j]` is the scaled
@@ -88,6 +95,8 @@ pub(crate) type AccumF16F32Fn = unsafe fn(
     ms: &[f32],
     vs: &[f32],
 );
+/// One row's softmax step over a tile of scores (see [`AttnKernels::softmax_weights`]).
+pub(crate) type SoftmaxFn = unsafe fn(s: &[f32], m: f32, out: &mut [f32]) -> (f32, f32);
 pub(crate) type RoundFn = unsafe fn(x: &[f32], out: &mut [f32]);
 /// Many query rows (of `hd`) against the same pages: row `r`'s scores at `out[r·n..]`,
 /// `n = pages.len()·bs`.
@@ -131,6 +140,7 @@ pub struct AttnKernels {
     accum_rows_f16: (Isa, AccumRowsFn<f16, f16>),
     accum_rows_f32: (Isa, AccumRowsFn<f32, f32>),
     accum_rows_f16_f32: (Isa, AccumRowsFn<f32, f16>),
+    softmax_weights: (Isa, SoftmaxFn),
 }
 
 static SCALAR: AttnKernels = AttnKernels {
@@ -146,6 +156,7 @@ static SCALAR: AttnKernels = AttnKernels {
     accum_rows_f16: (Isa::Scalar, scalar::accum_rows_f16),
     accum_rows_f32: (Isa::Scalar, scalar::accum_rows_f32),
     accum_rows_f16_f32: (Isa::Scalar, scalar::accum_rows_f16_f32),
+    softmax_weights: (Isa::Scalar, scalar::softmax_weights),
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -162,6 +173,21 @@ static AVX2: AttnKernels = AttnKernels {
     accum_rows_f16: (Isa::Avx2, avx2::accum_rows_f16),
     accum_rows_f32: (Isa::Avx2, avx2::accum_rows_f32),
     accum_rows_f16_f32: (Isa::Avx2, avx2::accum_rows_f16_f32),
+    softmax_weights: (Isa::Avx2, avx2::softmax_weights),
+};
+
+/// AVX-512: the many-row kernels (prompt tiles, a KV group's query heads) sixteen lanes a
+/// register; the one-row kernels are AVX2's.
+#[cfg(target_arch = "x86_64")]
+static AVX512: AttnKernels = AttnKernels {
+    isa: Isa::Avx512,
+    scores_rows_f16: (Isa::Avx512, avx512::scores_rows_f16),
+    scores_rows_f32: (Isa::Avx512, avx512::scores_rows_f32),
+    accum_rows_f16: (Isa::Avx512, avx512::accum_rows_f16),
+    accum_rows_f32: (Isa::Avx512, avx512::accum_rows_f32),
+    accum_rows_f16_f32: (Isa::Avx512, avx512::accum_rows_f16_f32),
+    softmax_weights: (Isa::Avx512, avx512::softmax_weights),
+    ..AVX2
 };
 
 /// The attention kernels for `isa`, if this CPU has it and Kiln has kernels for it (the
@@ -171,9 +197,8 @@ pub fn attn_kernels_for(isa: Isa) -> Option<&'static AttnKernels> {
         Isa::Scalar => Some(&SCALAR),
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 if isa.cpu_has() => Some(&AVX2),
-        // A wider x86 level (when Kiln has kernels for it) runs the AVX2 attention kernels.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 if Isa::Avx2.cpu_has() && crate::kernels_for(isa).is_some() => Some(&AVX2),
+        Isa::Avx512 if isa.cpu_has() && crate::kernels_for(isa).is_some() => Some(&AVX512),
         // Other ISAs have matmul kernels first; attention runs scalar there.
         _ if crate::kernels_for(isa).is_some() => Some(&SCALAR),
         _ => None,
@@ -223,6 +248,7 @@ impl AttnKernels {
             ("accum_rows_f16", self.accum_rows_f16.0),
             ("accum_rows_f32", self.accum_rows_f32.0),
             ("accum_rows_f16_f32", self.accum_rows_f16_f32.0),
+            ("softmax_weights", self.softmax_weights.0),
         ]
     }
 
@@ -470,6 +496,23 @@ impl AttnKernels {
         check_accum_rows(acc.len(), dv, v.len(), pages, bs, first, n, ms, vs, stride);
         // SAFETY: as in `scores_f16`.
         unsafe { (self.accum_rows_f16_f32.1)(acc, dv, v, pages, bs, first, n, ms, vs, stride) }
+    }
+}
+
+impl AttnKernels {
+    /// One row's softmax step over a tile of its scores `s` (the tiled prompt arithmetic):
+    /// with `m` the running maximum so far, returns `(m', sum)` where `m' = max(m, max s)`
+    /// (`-0.0` as `+0.0`), and writes `out[j] = exp(s[j] − m')` with [`exp`]; `sum` is
+    /// `Σ out[j]` in a fixed order — element `j` into partial sum `j mod 16`, the sixteen
+    /// folded pairwise (`i + 8`, `+ 4`, `+ 2`, `+ 1`) — so every ISA gives the same bits.
+    /// The caller rescales what it had by `exp(m − m')`. Scores must be NaN-free.
+    ///
+    /// # Panics
+    /// If `out` is shorter than `s`.
+    pub fn softmax_weights(&self, s: &[f32], m: f32, out: &mut [f32]) -> (f32, f32) {
+        assert!(out.len() >= s.len(), "softmax_weights: output too short");
+        // SAFETY: as in `scores_f16`; `out` holds `s.len()` floats.
+        unsafe { (self.softmax_weights.1)(s, m, &mut out[..s.len()]) }
     }
 }
 

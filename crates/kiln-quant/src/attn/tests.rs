@@ -282,11 +282,22 @@ fn check_rows_case(rows: usize, hd: usize, dv: usize, bs: usize, n_pages: usize,
 #[test]
 fn many_row_kernels_equal_the_one_row_oracle_row_by_row() {
     let mut seed = 3;
-    // Rows: one, a partial block, whole blocks, whole blocks and a remainder (GQA groups of
-    // 1, 4, 7 and 8 query heads, times tokens).
-    for rows in [1, 3, 4, 7, 8, 13] {
-        for (hd, dv) in [(64, 64), (128, 128), (256, 256), (40, 24), (7, 9)] {
-            for (bs, n_pages) in [(16, 1), (16, 9), (8, 3), (5, 4)] {
+    // Rows: one, partial blocks, whole blocks, whole blocks and a remainder (GQA groups of
+    // 1 to 8 query heads, times tokens), for blocks of four and of eight rows. Dimensions
+    // and page sizes: whole 64-, 32- and 16-lane register blocks, their remainders, and
+    // shapes no register block covers.
+    for rows in [1, 2, 3, 4, 5, 6, 7, 8, 13, 16] {
+        let dims = [
+            (64, 64),
+            (128, 128),
+            (256, 256),
+            (80, 80),
+            (96, 48),
+            (40, 24),
+            (7, 9),
+        ];
+        for (hd, dv) in dims {
+            for (bs, n_pages) in [(16, 1), (16, 9), (32, 3), (8, 3), (5, 4)] {
                 check_rows_case(rows, hd, dv, bs, n_pages, seed);
                 seed += 1;
             }
@@ -337,8 +348,18 @@ fn every_isa_with_matmul_kernels_has_attention_kernels() {
         Isa::Avx2.cpu_has(),
         "the oracle is compared"
     );
+    // Each kernel is the table's ISA's own or one of an ISA the table's implies (AVX-512
+    // takes AVX2's one-row kernels), never one the CPU might lack.
     for k in fast_tables() {
-        assert!(k.implementations().iter().all(|&(_, i)| i == k.isa()));
+        let implied = |i: Isa| i == k.isa() || (k.isa() == Isa::Avx512 && i == Isa::Avx2);
+        assert!(
+            k.implementations()
+                .iter()
+                .all(|&(_, i)| implied(i) && i.cpu_has()),
+            "{}: {:?}",
+            k.isa(),
+            k.implementations()
+        );
     }
 }
 
@@ -384,4 +405,102 @@ fn storing_an_unsupported_type_is_an_error() {
     assert!(e.is_err());
     let e = store_row(kiln_format::GgmlType::Q8_0, &[0.0; 33], &mut [0u8; 34]);
     assert!(e.is_err());
+}
+
+#[test]
+fn exp_is_within_two_ulp_of_the_true_exponential() {
+    // Every 97th float in the range (plus the ends), against f64's exp rounded to f32.
+    let mut worst = 0u32;
+    let mut x = super::scalar::EXP_LO;
+    while x <= super::scalar::EXP_HI {
+        let got = super::exp(x);
+        let want = (x as f64).exp() as f32;
+        if want.is_normal() {
+            worst = worst.max(got.to_bits().abs_diff(want.to_bits()));
+        } else {
+            assert!((got - want).abs() <= f32::MIN_POSITIVE, "exp({x})");
+        }
+        x = f32::from_bits(if x < 0.0 {
+            x.to_bits().saturating_sub(97).max(0x8000_0000)
+        } else {
+            x.to_bits() + 97
+        });
+        if x == -0.0 {
+            x = 0.0;
+        }
+    }
+    assert!(worst <= 2, "worst error {worst} ulp");
+    assert_eq!(super::exp(0.0), 1.0);
+    assert_eq!(super::exp(-1000.0), 0.0);
+    assert_eq!(super::exp(f32::NEG_INFINITY), 0.0);
+    assert_eq!(super::exp(100.0), f32::INFINITY);
+    assert!(super::exp(f32::NAN).is_nan());
+}
+
+#[test]
+fn softmax_weights_equal_the_oracle_on_every_isa() {
+    let mut g = Gen(11);
+    for n in [
+        0usize, 1, 5, 8, 15, 16, 17, 24, 31, 32, 33, 64, 127, 128, 200,
+    ] {
+        for m0 in [f32::NEG_INFINITY, -3.0, 0.0, 40.0] {
+            let s: Vec<f32> = (0..n).map(|_| g.next() * 8.0).collect();
+            let mut want = vec![0.0; n];
+            let (wm, wsum) = SCALAR.softmax_weights(&s, m0, &mut want);
+            let max = s.iter().fold(m0, |a, &b| a.max(b));
+            assert_eq!(wm, max + 0.0, "maximum n {n}");
+            let plain: f64 = want.iter().map(|&w| w as f64).sum();
+            assert!(
+                (wsum as f64 - plain).abs() <= 1e-6 * plain.max(1.0),
+                "sum n {n}"
+            );
+            for k in fast_tables() {
+                let mut got = vec![0.0; n];
+                let (m, sum) = k.softmax_weights(&s, m0, &mut got);
+                let what = format!("{} n {n} m {m0}", k.isa());
+                assert_eq!(m.to_bits(), wm.to_bits(), "{what} maximum");
+                assert_eq!(sum.to_bits(), wsum.to_bits(), "{what} sum");
+                assert_eq!(bits(&got), bits(&want), "{what} weights");
+            }
+        }
+    }
+}
+
+#[test]
+fn simd_exp_equals_the_scalar_exp_at_the_edges() {
+    // Arguments around the cut-offs, rounding ties of `x·log2 e` and special values, through
+    // the softmax kernel with a maximum of 0 (so each weight is `exp(s)`).
+    let mut s = vec![
+        0.0,
+        -0.0,
+        -1e-30,
+        -87.0,
+        -87.000_01,
+        -86.999_99,
+        88.0,
+        88.000_01,
+        -0.346_573_6,
+        -0.346_573_57,
+        -100.0,
+        f32::NEG_INFINITY,
+        -1.0,
+        -0.5,
+        -20.0,
+        -60.0,
+    ];
+    s.extend((0..40).map(|i| -(i as f32) * std::f32::consts::LN_2 / 2.0));
+    let mut want = vec![0.0; s.len()];
+    for (w, &x) in want.iter_mut().zip(&s) {
+        *w = super::exp(x);
+    }
+    for k in fast_tables() {
+        let mut got = vec![0.0; s.len()];
+        // The maximum is 88.00001 here, so feed each element alone with a maximum of 0.
+        for (i, &x) in s.iter().enumerate() {
+            let (m, _) = k.softmax_weights(&[x], 0.0, &mut got[i..i + 1]);
+            if m == 0.0 {
+                assert_eq!(got[i].to_bits(), want[i].to_bits(), "{} exp({x})", k.isa());
+            }
+        }
+    }
 }
