@@ -226,13 +226,6 @@ impl Kernels {
         }
     }
 
-    /// Replaces only the GEMV kernel of `w` (its dot stays the parent's; the kernel must
-    /// still equal the dot bit for bit).
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    pub(crate) const fn set_dotr4(&mut self, w: WType, dotr4: DotRowsFn) {
-        self.weights[w as usize].dotr4 = self.own(dotr4);
-    }
-
     /// Replaces only the four-token GEMM kernel of `w` (its dot and GEMV stay the parent's;
     /// the kernel must still equal the dot bit for bit).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]

@@ -1,8 +1,7 @@
 //! AVX-512 dot products of Q4_K, Q5_K and Q6_K with `Q8_K` activations: the four- and
-//! eight-token GEMM micro-kernels, the 4-row GEMV tiles of Q4_K and Q6_K (each activation
-//! block loaded once for the four rows), and for Q6_K also the single dot. (Q4_K's and
-//! Q5_K's single dots, which cannot share a block's unpacking, measured slower than AVX2's
-//! and are not in the table.)
+//! eight-token GEMM micro-kernels, and for Q6_K also the single dot and the GEMV (four single
+//! dots). (Q4_K's and Q5_K's single dots, which cannot share a block's unpacking, measured
+//! slower than AVX2's and are not in the table.)
 //!
 //! Each keeps the float operations of the AVX2 kernels (`super::super::avx2::dot_k`, `dot_k2`) exactly:
 //! per super-block one exact 8-lane `i32` sum, converted to `f32` and `fma`-accumulated with
@@ -29,9 +28,7 @@
 use std::arch::x86_64::*;
 
 use super::util::*;
-use crate::arch::x86_64::avx2::util::{
-    f16_to_f32, f16x2_to_f32, hsum_f32x4, hsum_f32x8, prefetch_group_ahead, weight_rows,
-};
+use crate::arch::x86_64::avx2::util::{f16_to_f32, f16x2_to_f32, hsum_f32x4, hsum_f32x8};
 use crate::blocks::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, as_blocks, q4k_scales_mins};
 use crate::table::ActRows;
 
@@ -135,72 +132,6 @@ fn tile_q4_k<const T: usize>(w: &[BlockQ4K], ys: [&[BlockQ8K]; T]) -> [f32; T] {
 pub(crate) fn dot4_q4_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
     let w: &[BlockQ4K] = as_blocks(w);
     *out = tile_q4_k(w, rows_n::<4, BlockQ8K>(&a, w.len()));
-}
-
-/// The `R` × 1 GEMV tile of Q4_K (`R` consecutive weight rows, one token): the activation
-/// block is loaded (four `zmm`) and its `bsums` folded once for the `R` rows, each row's
-/// scale pairs for [`sums4`] come from two `vpermw` (the even `i16` lanes of pair `p` take
-/// the scale of sub-block `4p` or `4p + 1`, the odd ones `4p + 2` or `4p + 3`, lower or upper
-/// half), and the row group after next is prefetched a slice per block step
-/// (`prefetch_group_ahead`). Each row performs the operations of [`tile_q4_k`] with one
-/// token in the same order, so it equals the AVX2 `dot_q4_k` bit for bit.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn rows_q4_k<const R: usize>(w: [&[BlockQ4K]; R], y: &[BlockQ8K]) -> [f32; R] {
-    let nb = y.len();
-    for r in &w {
-        assert_eq!(r.len(), nb);
-    }
-    let m4 = _mm512_set1_epi8(0x0F);
-    let idx: [__m512i; 2] = std::array::from_fn(|p| {
-        let e: [i16; 32] =
-            std::array::from_fn(|m| (4 * p + usize::from(m >= 16) + 2 * (m % 2)) as i16);
-        load512(&e)
-    });
-    let mut acc = [_mm256_setzero_ps(); R];
-    let mut acc_m = [_mm_setzero_ps(); R];
-    let base = w[0].as_ptr().cast::<u8>();
-    for i in 0..nb {
-        if R > 1 {
-            prefetch_group_ahead(base, R, nb, size_of::<BlockQ4K>(), i);
-        }
-        let yb = &y[i];
-        let yv = load_q8k(yb);
-        let yd = yb.d.get();
-        let q8sums = load256(&yb.bsums);
-        let q8s = _mm_hadd_epi16(
-            _mm256_castsi256_si128(q8sums),
-            _mm256_extracti128_si256::<1>(q8sums),
-        );
-        for r in 0..R {
-            let x = &w[r][i];
-            let (sc, m) = q4k_scales_mins(&x.scales);
-            let dm = f16x2_to_f32(x.d, x.dmin);
-            let sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_set_epi64x(
-                0,
-                i64::from_le_bytes(sc),
-            )));
-            let q: [__m512i; 4] = std::array::from_fn(|j| {
-                let bits = broadcast32(&x.qs[32 * j..32 * j + 32]);
-                _mm512_and_si512(_mm512_mask_srli_epi16::<4>(bits, HI_HALF16, bits), m4)
-            });
-            let scp: [__m512i; 2] = std::array::from_fn(|p| _mm512_permutexvar_epi16(idx[p], sc16));
-            let sumi = sums4(&q, &scp, &yv);
-            let d = yd * _mm_cvtss_f32(dm);
-            let dmin = -yd * _mm_cvtss_f32(_mm_movehdup_ps(dm));
-            let mins = _mm_cvtepu8_epi16(_mm_set_epi64x(0, i64::from_le_bytes(m)));
-            let prod = _mm_madd_epi16(mins, q8s);
-            acc_m[r] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m[r]);
-            let s = fold_halves(sumi);
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s), acc[r]);
-        }
-    }
-    std::array::from_fn(|r| hsum_f32x8(acc[r]) + hsum_f32x4(acc_m[r]))
-}
-
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) fn dotr4_q4_k(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32; 4]) {
-    *out = rows_q4_k(weight_rows::<4, BlockQ4K>(w, row_bytes), as_blocks(a));
 }
 
 /// The `R` × 8 tile of Q4_K (`R` weight rows, eight tokens) with its per-token float steps
@@ -556,38 +487,4 @@ pub(crate) fn dot8_q5_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
     *out = tile_q5_k(w, rows_n::<8, BlockQ8K>(&a, w.len()));
 }
 
-/// The `R` × 1 GEMV tile of Q6_K (`R` consecutive weight rows, one token): each activation
-/// block loaded once for the `R` rows, the row group after next prefetched a slice per block
-/// step (`prefetch_group_ahead`); each row performs the operations of [`tile_q6_k`] with
-/// one token in the same order (bit-identical to [`dot_q6_k`]).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn rows_q6_k<const R: usize>(w: [&[BlockQ6K]; R], y: &[BlockQ8K]) -> [f32; R] {
-    let nb = y.len();
-    for r in &w {
-        assert_eq!(r.len(), nb);
-    }
-    let mut acc = [_mm256_setzero_ps(); R];
-    let base = w[0].as_ptr().cast::<u8>();
-    for i in 0..nb {
-        if R > 1 {
-            prefetch_group_ahead(base, R, nb, size_of::<BlockQ6K>(), i);
-        }
-        let yb = &y[i];
-        let yv = load_q8k(yb);
-        let yd = yb.d.get();
-        for r in 0..R {
-            let b = q6k_unpack(&w[r][i]);
-            let sumi = sums4(&b.q, &b.scp, &yv);
-            let s = _mm256_sub_epi32(fold_halves(sumi), q6k_bias(b.scales16, yb));
-            let d = yd * b.d;
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s), acc[r]);
-        }
-    }
-    std::array::from_fn(|r| hsum_f32x8(acc[r]))
-}
-
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) fn dotr4_q6_k(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32; 4]) {
-    *out = rows_q6_k(weight_rows::<4, BlockQ6K>(w, row_bytes), as_blocks(a));
-}
+dotr4_by_dot!(dotr4_q6_k, dot_q6_k);

@@ -19,7 +19,6 @@ pub(crate) const fn table(parent: Kernels) -> Kernels {
     let mut k = Kernels::inherit(parent, Isa::Avx512);
     // Only kernels measured faster than the AVX2 ones they replace (docs/kernels.md).
     k.set_dot4(Q4_K, kquants::dot4_q4_k);
-    k.set_dotr4(Q4_K, kquants::dotr4_q4_k);
     k.set_dot8(Q4_K, kquants::dot8_q4_k);
     k.set_dot8r2(Q4_K, kquants::dot8r2_q4_k);
     k.set_dot4(Q5_K, kquants::dot4_q5_k);

@@ -167,3 +167,16 @@ pub(crate) fn rows_n<'a, const T: usize, B: Pod>(a: &ActRows<'a>, n: usize) -> [
     let len = n * size_of::<B>();
     std::array::from_fn(|t| as_blocks(a.row(t, len)))
 }
+
+/// A GEMV entry point made of four single-row dots.
+macro_rules! dotr4_by_dot {
+    ($name:ident, $dot:ident) => {
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        pub(crate) fn $name(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32; 4]) {
+            for (r, o) in out.iter_mut().enumerate() {
+                *o = $dot(&w[r * row_bytes..(r + 1) * row_bytes], a);
+            }
+        }
+    };
+}
+pub(crate) use dotr4_by_dot;
