@@ -229,6 +229,70 @@ fn tile_q4_k<const T: usize>(w: &[BlockQ4K], ys: [&[BlockQ8K]; T]) -> [f32; T] {
     std::array::from_fn(|t| hsum_f32x8(acc[t]) + hsum_f32x4(acc_m[t]))
 }
 
+/// The `R` × 1 GEMV tile of Q4_K (`R` consecutive weight rows, one token): each activation
+/// block is loaded and its `bsums` folded once for the `R` rows, the sub-block scales come
+/// from one byte shuffle each instead of a scalar broadcast, and the row group after next is
+/// prefetched a slice per block step (`prefetch_group_ahead`: `R` interleaved row streams
+/// are not followed by the hardware prefetchers). Each row performs exactly the operations
+/// of [`dot_q4_k`] (the same integer lanes, the same float steps in the same order), so it
+/// returns the same bits.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn rows_q4_k<const R: usize>(w: [&[BlockQ4K]; R], y: &[BlockQ8K]) -> [f32; R] {
+    let nb = y.len();
+    for r in &w {
+        assert_eq!(r.len(), nb);
+    }
+    let m4 = _mm256_set1_epi8(0x0F);
+    // Byte-shuffle masks that broadcast `i16` lane `s` of a 128-bit lane to all eight.
+    let lane = |s: i8| _mm256_set1_epi16(i16::from_le_bytes([(2 * s) as u8, (2 * s + 1) as u8]));
+    let pick: [__m256i; 8] = std::array::from_fn(|s| lane(s as i8));
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut acc_m = [_mm_setzero_ps(); R];
+    let base = w[0].as_ptr().cast::<u8>();
+    for i in 0..nb {
+        if R > 1 {
+            prefetch_group_ahead(base, R, nb, size_of::<BlockQ4K>(), i);
+        }
+        let yb = &y[i];
+        let yd = yb.d.get();
+        let q8sums = load_bytes32(&yb.bsums);
+        let q8s = _mm_hadd_epi16(
+            _mm256_castsi256_si128(q8sums),
+            _mm256_extracti128_si256::<1>(q8sums),
+        );
+        for r in 0..R {
+            let x = &w[r][i];
+            let b = q4k_block(x);
+            let d = yd * b.d;
+            let dmin = -yd * b.dmin;
+            let prod = _mm_madd_epi16(b.mins, q8s);
+            acc_m[r] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m[r]);
+            // The eight scales as `i16` lanes in both 128-bit lanes.
+            let sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_set_epi64x(
+                0,
+                i64::from_le_bytes(b.sc),
+            )));
+            let mut sumi = _mm256_setzero_si256();
+            for j in 0..4 {
+                let bits = load_bytes32(&x.qs[32 * j..32 * j + 32]);
+                let q4l = _mm256_and_si256(bits, m4);
+                let q4h = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4);
+                let sl = _mm256_shuffle_epi8(sc16, pick[2 * j]);
+                let sh = _mm256_shuffle_epi8(sc16, pick[2 * j + 1]);
+                sumi = _mm256_add_epi32(sumi, q4k_pair(q4l, q4h, sl, sh, yb, j));
+            }
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
+        }
+    }
+    std::array::from_fn(|r| hsum_f32x8(acc[r]) + hsum_f32x4(acc_m[r]))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn dotr4_q4_k(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32; 4]) {
+    *out = rows_q4_k(weight_rows::<4, BlockQ4K>(w, row_bytes), as_blocks(a));
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn dot4_q4_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
     let w: &[BlockQ4K] = as_blocks(w);
@@ -512,7 +576,6 @@ pub(crate) fn dequant_q6_k(src: &[u8], dst: &mut [f32]) {
 
 dotr4_by_dot!(dotr4_q2_k, dot_q2_k);
 dotr4_by_dot!(dotr4_q3_k, dot_q3_k);
-dotr4_by_dot!(dotr4_q4_k, dot_q4_k);
 dotr4_by_dot!(dotr4_q5_k, dot_q5_k);
 dotr4_by_dot!(dotr4_q6_k, dot_q6_k);
 dot4_by_dot!(dot4_q2_k, dot_q2_k);
