@@ -23,7 +23,9 @@
 //!
 //! The GEMM tiles of Q4_K and Q6_K come in 1 and 2 weight rows × 8 tokens (`dot8`,
 //! `dot8r2`): in the two-row tile each activation vector is loaded once for both rows, and
-//! the tokens' scales and `bsums` terms are formed once for both.
+//! the tokens' scales and `bsums` terms are formed once for both. Q4_K's two-row tile
+//! ([`tile8_q4_k_pair`]) lays its data out differently: the two rows side by side in each
+//! `zmm`, one 32-value sub-block at a time, so the lanes need no folding.
 
 use std::arch::x86_64::*;
 
