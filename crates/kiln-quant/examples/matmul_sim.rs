@@ -16,6 +16,10 @@ fn main() {
         micro(&args[2..]);
         return;
     }
+    if args.get(1).map(String::as_str) == Some("gemm") {
+        gemm(&args[2..]);
+        return;
+    }
     let model = args.get(1).map_or("smollm2-135m", String::as_str);
     let n: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1);
     let threads: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(1);
@@ -252,4 +256,82 @@ fn read_all(d: &[u8]) -> u64 {
     d.chunks_exact(8)
         .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
         .fold(0u64, u64::wrapping_add)
+}
+
+/// `gemm TYPE ROWS COLS TOKENS REPS`: one GEMM on one thread, minimum wall time over `REPS`
+/// calls (the matrix and activations stay in cache, so the minimum is the kernels' own speed
+/// even on a busy machine), with the multiply-accumulates per second.
+fn gemm(args: &[String]) {
+    let ty_name = args.first().map_or("Q4_K", String::as_str);
+    let ty = kiln_format::ALL_GGML_TYPES
+        .iter()
+        .copied()
+        .find(|t| t.name().eq_ignore_ascii_case(ty_name))
+        .expect("type");
+    let rows: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(512);
+    let cols: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(3072);
+    let n: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(64);
+    let reps: usize = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(200);
+    let data = random_matrix(ty, rows, cols);
+    let w = QMatrix::new(ty, rows, cols, &data).expect("matrix");
+    let x: Vec<f32> = (0..n * cols)
+        .map(|i| (i * 7919 % 1000) as f32 / 500.0 - 1.0)
+        .collect();
+    let mut y = vec![0.0f32; n * rows];
+    let mut s = MatmulScratch::default();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("pool");
+    let mut best = f64::MAX;
+    pool.install(|| {
+        s.prepare(&x, n, cols);
+        for _ in 0..reps {
+            let t0 = Instant::now();
+            matmul_prepared(&w, &mut s, &mut y);
+            best = best.min(t0.elapsed().as_secs_f64());
+        }
+    });
+    println!(
+        "{ty} {rows}x{cols} n={n}: best {:.1} us, {:.1} GMAC/s (y[0] = {})",
+        best * 1e6,
+        (rows * cols * n) as f64 / best * 1e-9,
+        y[0]
+    );
+}
+
+/// A `rows` × `cols` matrix of random blocks of `ty` with small finite scales.
+fn random_matrix(ty: kiln_quant::GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+    use kiln_quant::GgmlType;
+    let n_blocks = rows * cols / ty.block_elems();
+    let mut data = vec![0u8; n_blocks * ty.block_bytes()];
+    let mut seed = 12345u64;
+    for b in data.iter_mut() {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        *b = (seed >> 33) as u8;
+    }
+    let small = half::f16::from_f32(0.01).to_bits().to_le_bytes();
+    for b in data.chunks_exact_mut(ty.block_bytes()) {
+        match ty {
+            GgmlType::Q6_K => b[208..210].copy_from_slice(&small),
+            GgmlType::Q2_K => {
+                b[80..82].copy_from_slice(&small);
+                b[82..84].copy_from_slice(&small);
+            }
+            GgmlType::Q3_K => b[108..110].copy_from_slice(&small),
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {}
+            _ => {
+                b[0..2].copy_from_slice(&small);
+                if matches!(
+                    ty,
+                    GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K
+                ) {
+                    b[2..4].copy_from_slice(&small);
+                }
+            }
+        }
+    }
+    data
 }

@@ -23,7 +23,9 @@
 //!
 //! The GEMM tiles of Q4_K and Q6_K come in 1 and 2 weight rows × 8 tokens (`dot8`,
 //! `dot8r2`): in the two-row tile each activation vector is loaded once for both rows, and
-//! the tokens' scales and `bsums` terms are formed once for both.
+//! the tokens' scales and `bsums` terms are formed once for both. Q4_K's two-row tile
+//! ([`tile8_q4_k_pair`]) lays its data out differently: the two rows side by side in each
+//! `zmm`, one 32-value sub-block at a time, so the lanes need no folding.
 
 use std::arch::x86_64::*;
 
@@ -245,13 +247,120 @@ pub(crate) fn dot8_q4_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
     [*out] = tile8_q4_k([w], rows_n::<8, BlockQ8K>(&a, w.len()), a.sc8);
 }
 
+/// The 2 × 8 tile of Q4_K with the two rows side by side in every `zmm` (row 0 in the lower
+/// 256 bits, row 1 in the upper), so that one `vpdpbusd` serves two (row, token) pairs with
+/// no folding of halves afterwards:
+///
+/// * per 32-value sub-block `g`, the weight `zmm` holds row 0's 32 values and row 1's, and
+///   the activation `zmm` the token's 32 values in both halves (one broadcast load); lane `l`
+///   of each half is then the quad sum of bytes `4l .. 4l + 4` of that row's sub-block, the
+///   same lane as AVX2's;
+/// * the quad sums of sub-blocks `2p`, `2p + 1` are paired as the `i16` halves of one `i32`
+///   lane ([`lo16_pairs`]; each below `2^15` in magnitude) and one `vpdpwssd` by the scale
+///   pair `sc_2p | sc_{2p+1} << 16` (the same for all eight lanes of a row) adds both scaled
+///   sums to the lane;
+/// * the four scaled pairs of a super-block are summed per lane (exact integer additions in
+///   another order), converted and `fma`-accumulated with `yd · d` of each row, the mins as
+///   in [`tile8_q4_k`].
+///
+/// Each (row, token) lane thus holds AVX2's exact 8-lane super-block sum and sees the same
+/// float operations in the same order as [`tile_q4_k`]: bit-identical to the single dot.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn tile8_q4_k_pair(w: [&[BlockQ4K]; 2], ys: [&[BlockQ8K]; 8], yd: &[f32]) -> [[f32; 8]; 2] {
+    let nb = ys[0].len();
+    for y in ys {
+        assert_eq!(y.len(), nb);
+    }
+    for x in w {
+        assert_eq!(x.len(), nb);
+    }
+    assert!(yd.len() >= 8 * nb);
+    let z = _mm512_setzero_si512();
+    let m4 = _mm512_set1_epi8(0x0F);
+    // Token t: row 0's eight float lanes in the lower half, row 1's in the upper.
+    let mut acc = [_mm512_setzero_ps(); 8];
+    let mut acc_m = [[_mm512_setzero_ps(); 2]; 2];
+    for i in 0..nb {
+        let x = [&w[0][i], &w[1][i]];
+        // Sub-block g of both rows (values 0..16): row 0 low, row 1 high.
+        let mut q = [z; 8];
+        for j in 0..4 {
+            let b = join32(&x[0].qs[32 * j..32 * j + 32], &x[1].qs[32 * j..32 * j + 32]);
+            q[2 * j] = _mm512_and_si512(b, m4);
+            q[2 * j + 1] = _mm512_and_si512(_mm512_srli_epi16::<4>(b), m4);
+        }
+        let (sc0, m0) = q4k_scales_mins(&x[0].scales);
+        let (sc1, m1) = q4k_scales_mins(&x[1].scales);
+        // As `i16`, the eight scales of a row are four `i32` scale pairs `sc_2p | sc_2p+1 << 16`.
+        let widen = |b: [u8; 8]| _mm_cvtepu8_epi16(_mm_set_epi64x(0, i64::from_le_bytes(b)));
+        let pairs = _mm512_inserti32x4::<1>(_mm512_castsi128_si512(widen(sc0)), widen(sc1));
+        let scv: [__m512i; 4] = std::array::from_fn(|p| {
+            _mm512_permutexvar_epi32(pair_index32(p as i32, 4 + p as i32), pairs)
+        });
+        let dm = [
+            f16x2_to_f32(x[0].d, x[0].dmin),
+            f16x2_to_f32(x[1].d, x[1].dmin),
+        ];
+        let dv = _mm512_mask_blend_ps(
+            0xFF00,
+            _mm512_set1_ps(_mm_cvtss_f32(dm[0])),
+            _mm512_set1_ps(_mm_cvtss_f32(dm[1])),
+        );
+        let ydi = &yd[8 * i..8 * i + 8];
+        let step = |t: usize, acc: &mut __m512| {
+            let y = &ys[t][i];
+            let mut s = z;
+            for (p, scv) in scv.iter().enumerate() {
+                let g = 64 * p;
+                let lo = _mm512_dpbusd_epi32(z, q[2 * p], broadcast32(&y.qs[g..g + 32]));
+                let hi = _mm512_dpbusd_epi32(z, q[2 * p + 1], broadcast32(&y.qs[g + 32..g + 64]));
+                s = _mm512_dpwssd_epi32(s, lo16_pairs(lo, hi), *scv);
+            }
+            // `yd * d` of each row (a float product does not depend on operand order).
+            let d = _mm512_mul_ps(dv, _mm512_set1_ps(ydi[t]));
+            *acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), *acc);
+        };
+        // Spelled out so that the eight accumulators stay in registers.
+        let [a0, a1, a2, a3, a4, a5, a6, a7] = &mut acc;
+        step(0, a0);
+        step(1, a1);
+        step(2, a2);
+        step(3, a3);
+        step(4, a4);
+        step(5, a5);
+        step(6, a6);
+        step(7, a7);
+        let yt: [&BlockQ8K; 8] = std::array::from_fn(|t| &ys[t][i]);
+        let ydv = load_f32x8(&yd[8 * i..8 * i + 8]);
+        let q8s: [__m512i; 4] = std::array::from_fn(|p| bsum_pairs(yt[2 * p], yt[2 * p + 1]));
+        for (r, m) in [m0, m1].into_iter().enumerate() {
+            let mm = mins_dup(widen(m));
+            let dmin = _mm_cvtss_f32(_mm_movehdup_ps(dm[r]));
+            let dmv = _mm512_castps256_ps512(_mm256_mul_ps(ydv, _mm256_set1_ps(-dmin)));
+            for h in 0..2 {
+                let prod = mins_quad(mm, q8s[2 * h], q8s[2 * h + 1]);
+                let dmq = _mm512_permutexvar_ps(quad_index32(4 * h as i32), dmv);
+                acc_m[r][h] = _mm512_fmadd_ps(dmq, _mm512_cvtepi32_ps(prod), acc_m[r][h]);
+            }
+        }
+    }
+    std::array::from_fn(|r| {
+        std::array::from_fn(|t| {
+            let (lo, hi) = halves_ps(acc[t]);
+            hsum_f32x8(if r == 0 { lo } else { hi })
+                + hsum_f32x4(quarter_ps(acc_m[r][t / 4], t % 4))
+        })
+    })
+}
+
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) fn dot8r2_q4_k(w: &[u8], row_bytes: usize, a: ActRows<'_>, out: &mut [[f32; 8]; 2]) {
     let w: [&[BlockQ4K]; 2] = [
         as_blocks(&w[..row_bytes]),
         as_blocks(&w[row_bytes..2 * row_bytes]),
     ];
-    *out = tile8_q4_k(w, rows_n::<8, BlockQ8K>(&a, w[0].len()), a.sc8);
+    *out = tile8_q4_k_pair(w, rows_n::<8, BlockQ8K>(&a, w[0].len()), a.sc8);
 }
 
 // ---------------------------------------------------------------- Q6_K × Q8_K
