@@ -499,4 +499,3 @@ fn requests_with_a_missing_wrong_or_malformed_key_get_401_and_health_stays_open(
     }
     assert_fds_back_to(fds, "after the keyed requests");
 }
-
