@@ -1,14 +1,25 @@
 //! Adaptive draft length: draft more while drafts are accepted, fewer after a rejection,
 //! and none for a while when acceptance is too low to pay for the wider passes.
 //!
-//! Whether a draft pays is a cost model: the measured time of the target's passes by the
+//! Acceptance is measured per *tested* position: verification stops at the first
+//! rejected token, so a draft of `k` with `a` accepted tested `a` positions that passed
+//! and, if `a < k`, one that failed; the positions after it say nothing. The rate is the
+//! passed share of the recently tested positions (decayed counts), the probability that a
+//! drafted token is kept given the ones before it were.
+//!
+//! Whether drafting pays is a cost model: the measured time of the target's passes by the
 //! number of tokens they score (`t(n) = t1 + (n - 1) * s`, both fitted as running means),
 //! the measured drafting time per drafted token `d`, and the recent acceptance rate `p`.
 //! A draft of `k` tokens emits `1 + p + … + p^k` tokens in expectation for
-//! `t1 + k * (s + d)`; plain decoding emits one per `t1`. The draft length is the `k` (up to
-//! the current bound) with the best expected rate, and drafting pauses for a few steps when even
-//! that is slower than plain decoding. Below an acceptance floor ([`DraftLength::MIN_RATE`])
-//! drafting pauses for longer each time, whatever the timings.
+//! `t1 + k * (s + d)`; plain decoding emits one per `t1`. When even the best draft length
+//! up to the current bound is slower than plain decoding, drafting pauses for a few steps.
+//! Otherwise the draft length is the current bound, which doubles after a fully accepted
+//! draft and halves (at least to the accepted count plus one) after a rejection: acceptance
+//! comes in runs (a copied passage is accepted to its end, a divergence is rejected at
+//! once), which a per-token model would undervalue, and the source limits a draft to what
+//! its evidence supports (an n-gram draft to twice its match length). Below an acceptance
+//! floor ([`DraftLength::MIN_RATE`]) drafting pauses for longer each time, whatever the
+//! timings.
 
 /// A sequence's draft-length controller.
 #[derive(Clone, Debug)]
@@ -16,8 +27,9 @@ pub struct DraftLength {
     max: usize,
     cur: usize,
     adaptive: bool,
-    /// Exponentially weighted acceptance rate of recent drafts.
-    rate: f64,
+    /// Decayed counts of recently tested drafted positions and of those accepted.
+    tested: f64,
+    passed: f64,
     /// Steps left with drafting paused.
     pause: u32,
     /// Consecutive pauses (each one doubles the next, up to a bound).
@@ -30,8 +42,15 @@ pub struct DraftLength {
 struct CostModel {
     /// A target pass of one token.
     t1: Option<f64>,
-    /// Each further token of a pass.
+    /// Each further token of a pass: the least-squares slope through the origin of a
+    /// pass's time beyond `t1` over its tokens beyond the first (decayed sums), so the
+    /// wide passes that decide whether long drafts pay weigh more than the narrow ones
+    /// (whose tokens the kernels pad to a wider group, and cost more each).
     per_token: Option<f64>,
+    /// Decayed sums of `x·y` and `x²` for that fit (`x`: tokens beyond the first, `y`:
+    /// seconds beyond `t1`).
+    sxy: f64,
+    sxx: f64,
     /// Drafting, per drafted token.
     draft: Option<f64>,
 }
@@ -58,7 +77,8 @@ impl DraftLength {
     /// Below this recent acceptance rate a draft costs more than it saves, whatever the
     /// timings: drafting pauses, longer each time.
     pub const MIN_RATE: f64 = 0.2;
-    const WEIGHT: f64 = 0.3;
+    /// Per step, the weight the counts of earlier steps keep.
+    const DECAY: f64 = 0.7;
     const PAUSE: u32 = 4;
     const MAX_PAUSE_DOUBLINGS: u32 = 4;
 
@@ -68,7 +88,8 @@ impl DraftLength {
             max,
             cur: if adaptive { max.min(4) } else { max },
             adaptive,
-            rate: 1.0,
+            tested: 1.0,
+            passed: 1.0,
             pause: 0,
             pauses: 0,
             cost: CostModel::default(),
@@ -83,8 +104,11 @@ impl DraftLength {
         if tokens == 1 {
             self.cost.t1 = CostModel::mean(self.cost.t1, secs);
         } else if let Some(t1) = self.cost.t1 {
-            let per = (secs - t1) / (tokens - 1) as f64;
-            self.cost.per_token = CostModel::mean(self.cost.per_token, per);
+            let c = &mut self.cost;
+            let x = (tokens - 1) as f64;
+            c.sxy = (1.0 - CostModel::WEIGHT) * c.sxy + x * (secs - t1);
+            c.sxx = (1.0 - CostModel::WEIGHT) * c.sxx + x * x;
+            c.per_token = Some(c.sxy / c.sxx);
         }
     }
 
@@ -101,7 +125,7 @@ impl DraftLength {
     fn best(&self, k: usize) -> Option<(usize, bool)> {
         let mut best = (0, 1.0);
         for j in 1..=k {
-            let r = self.cost.relative_rate(j, self.rate)?;
+            let r = self.cost.relative_rate(j, self.rate())?;
             if r > best.1 {
                 best = (j, r);
             }
@@ -115,11 +139,6 @@ impl DraftLength {
             self.pause -= 1;
             return 0;
         }
-        if self.adaptive
-            && let Some((k, _)) = self.best(self.cur)
-        {
-            return k;
-        }
         self.cur
     }
 
@@ -128,33 +147,36 @@ impl DraftLength {
         if !self.adaptive || drafted == 0 {
             return;
         }
-        let r = accepted as f64 / drafted as f64;
-        self.rate = (1.0 - Self::WEIGHT) * self.rate + Self::WEIGHT * r;
+        let accepted = accepted.min(drafted);
+        let tested = accepted + usize::from(accepted < drafted);
+        self.tested = Self::DECAY * self.tested + tested as f64;
+        self.passed = Self::DECAY * self.passed + accepted as f64;
         self.cur = if accepted == drafted {
-            (self.cur + 1).min(self.max)
+            (self.cur * 2).min(self.max)
         } else {
-            (accepted + 1).clamp(1, self.max)
+            (accepted + 1).max(self.cur / 2).clamp(1, self.max)
         };
-        if self.rate < Self::MIN_RATE {
+        if self.rate() < Self::MIN_RATE {
             // Drafts keep failing: pause, longer each time it happens again.
             self.pause = Self::PAUSE << self.pauses.min(Self::MAX_PAUSE_DOUBLINGS);
             self.pauses += 1;
             // Probe with one token and a neutral rate when drafting resumes.
-            self.rate = Self::MIN_RATE * 2.0;
+            self.tested = 1.0;
+            self.passed = Self::MIN_RATE * 2.0;
             self.cur = 1;
         } else if self.best(self.max).is_some_and(|(_, pays)| !pays) {
             // Drafts are accepted, but not enough to pay for the wider passes as timed:
-            // a short pause, then a one-token probe.
+            // a short pause, then a draft of the same bound (a long draft measures
+            // the per-token cost where it is lowest).
             self.pause = Self::PAUSE;
-            self.cur = 1;
         } else if accepted > 0 {
             self.pauses = 0;
         }
     }
 
-    /// The recent acceptance rate.
+    /// The recent acceptance rate per tested drafted position.
     pub fn rate(&self) -> f64 {
-        self.rate
+        self.passed / self.tested.max(f64::MIN_POSITIVE)
     }
 }
 
@@ -164,12 +186,32 @@ mod tests {
 
     #[test]
     fn grows_while_accepted_and_shrinks_after_a_rejection() {
-        let mut l = DraftLength::new(8, true);
+        let mut l = DraftLength::new(16, true);
         let k = l.take();
+        assert_eq!(k, 4);
         l.update(k, k);
-        assert_eq!(l.take(), k + 1);
-        l.update(k + 1, 1);
-        assert_eq!(l.take(), 2);
+        assert_eq!(l.take(), 8);
+        l.update(8, 8);
+        assert_eq!(l.take(), 16);
+        l.update(16, 16);
+        assert_eq!(l.take(), 16);
+        // A rejection halves the bound, or keeps the accepted run and one more.
+        l.update(16, 1);
+        assert_eq!(l.take(), 8);
+        l.update(8, 6);
+        assert_eq!(l.take(), 7);
+    }
+
+    #[test]
+    fn counts_only_tested_positions() {
+        let mut l = DraftLength::new(16, true);
+        // Half the drafts copy to their end, half fail at once: 8 of 9 tested positions
+        // per pair of steps passed, a rate far above the per-drafted-token 50%.
+        for _ in 0..8 {
+            l.update(8, 8);
+            l.update(8, 0);
+        }
+        assert!(l.rate() > 0.8, "rate {}", l.rate());
     }
 
     /// Steps with every other draft fully accepted and the rest rejected outright, each

@@ -53,13 +53,14 @@ impl SpecConfig {
     /// The most `draft_max` may be (a verification pass scores `draft_max + 1` tokens).
     pub const DRAFT_MAX_LIMIT: usize = 64;
 
-    /// Defaults for `method`: up to 8 drafted tokens, n-grams of 1 to 4 tokens, adaptive.
+    /// Defaults for `method`: up to 16 drafted tokens, n-grams of 1 to 16 tokens (a long
+    /// match finds the place being copied; see [`crate::NgramDrafter`]), adaptive.
     pub fn new(method: SpecMethod) -> SpecConfig {
         SpecConfig {
             method,
-            draft_max: 8,
+            draft_max: 16,
             ngram_min: 1,
-            ngram_max: 4,
+            ngram_max: 16,
             adaptive: true,
         }
     }

@@ -126,7 +126,9 @@ impl SpecDecoder {
         if k > 0 {
             let temperature = sampler.config().temperature;
             match &mut self.source {
-                DraftSource::Ngram(n) => n.draft(history, k, &mut self.draft),
+                DraftSource::Ngram(n) => {
+                    n.draft(history, k, &mut self.draft);
+                }
                 DraftSource::Model(m) => m.draft(
                     history,
                     k,

@@ -3,8 +3,10 @@
 //! passage, (c) open chat — greedy, tokens/s with and without speculation and the
 //! acceptance figures, through `kiln generate --json`. Each speculative output is checked
 //! byte-identical to the plain one. With `--draft-target` the draft-model pair runs too
-//! (that target, drafted for by `--model`); with `--llama-cpp DIR`, llama.cpp's
-//! `llama-lookup` and `llama-speculative` run on the same prompts in the same run.
+//! (that target, drafted for by `--model`); with `--llama-cpp DIR` or `--llama-lookup
+//! PATH`, llama.cpp's `llama-lookup` (and `llama-speculative`, with a draft target) run on
+//! the same chat-templated prompts in the same run, each beside a plain `llama-completion`
+//! run of the same prompt and length, so its own speed-up is in the table too.
 
 use std::path::{Path, PathBuf};
 
@@ -34,12 +36,23 @@ pub struct SpecArgs {
     #[arg(short = 'n', default_value_t = 128, value_parser = positive)]
     n_gen: usize,
     /// Most tokens drafted per step.
-    #[arg(long, default_value_t = 8, value_parser = positive)]
+    #[arg(long, default_value_t = 16, value_parser = positive)]
     draft_max: usize,
-    /// A llama.cpp build directory holding `llama-lookup` and `llama-speculative` (its
-    /// `bin/` or the directory itself).
+    /// A llama.cpp build directory holding `llama-lookup`, `llama-completion` and (for the
+    /// draft rows) `llama-speculative` (its `bin/` or the directory itself).
     #[arg(long)]
     llama_cpp: Option<PathBuf>,
+    /// llama.cpp's `llama-lookup` binary (its plain figure comes from the
+    /// `llama-completion` beside it); instead of, or overriding the one in, --llama-cpp.
+    #[arg(long)]
+    llama_lookup: Option<PathBuf>,
+    /// Runs of each kiln configuration, plain and speculative alternating (the machine may
+    /// be shared: alternating spreads its load over both); tokens/s is their mean.
+    #[arg(long, short = 'r', default_value_t = 1, value_parser = positive)]
+    repetitions: usize,
+    /// Only the workloads whose name contains this (e.g. `code`, `chat`).
+    #[arg(long)]
+    workload: Option<String>,
 }
 
 /// The source file of the code-editing workload, and the rename asked for.
@@ -141,21 +154,31 @@ pub fn run(a: &SpecArgs) -> Result<(), XtaskError> {
     let out = out_dir("spec")?;
     let machine = Machine::detect();
     let mut rows = Vec::new();
-    for w in workloads()? {
+    let chosen = workloads()?.into_iter().filter(|w| {
+        a.workload
+            .as_ref()
+            .is_none_or(|f| w.name.contains(f.as_str()))
+    });
+    for w in chosen {
         let prompt_file = out.join(format!("{}.prompt.txt", w.name.replace(' ', "-")));
         write(&prompt_file, &w.prompt)?;
-        let plain = generate(&kiln, a, &a.model, &w.prompt, &[])?;
+        let dm = a.draft_max.to_string();
+        let (mut plains, mut ngrams) = (Vec::new(), Vec::new());
+        for _ in 0..a.repetitions {
+            plains.push(generate(&kiln, a, &a.model, &w.prompt, &[])?);
+            ngrams.push(generate(
+                &kiln,
+                a,
+                &a.model,
+                &w.prompt,
+                &["--spec", "ngram", "--draft-max", &dm],
+            )?);
+        }
+        let same = ngrams.iter().all(|g| g.text == plains[0].text)
+            && plains.iter().all(|g| g.text == plains[0].text);
+        let (plain, ngram) = (mean_speed(plains)?, mean_speed(ngrams)?);
         let base = plain.timings.predicted_per_second;
         rows.push(row(&w, "kiln", &a.model, "off", &plain, base, None));
-        let dm = a.draft_max.to_string();
-        let ngram = generate(
-            &kiln,
-            a,
-            &a.model,
-            &w.prompt,
-            &["--spec", "ngram", "--draft-max", &dm],
-        )?;
-        let same = ngram.text == plain.text;
         rows.push(row(&w, "kiln", &a.model, "ngram", &ngram, base, Some(same)));
         if let Some(t) = &a.draft_target {
             let t = t.display().to_string();
@@ -174,8 +197,23 @@ pub fn run(a: &SpecArgs) -> Result<(), XtaskError> {
             let same = draft.text == plain_t.text;
             rows.push(row(&w, "kiln", &t, "draft", &draft, base_t, Some(same)));
         }
-        if let Some(dir) = &a.llama_cpp {
-            rows.extend(llama_cpp_rows(dir, a, &w, &prompt_file)?);
+        if a.llama_cpp.is_some() || a.llama_lookup.is_some() {
+            // llama.cpp's tools take the prompt as text: the same chat template, rendered.
+            let chat_file = out.join(format!("{}.chat-prompt.txt", w.name.replace(' ', "-")));
+            let args: Vec<String> = [
+                "generate",
+                "--chat",
+                "--print-prompt",
+                "-m",
+                a.model.as_str(),
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .chain(["-p".to_string(), w.prompt.clone()])
+            .collect();
+            let rendered = kiln.run("chat template", &args)?;
+            write(&chat_file, &rendered.stdout)?;
+            rows.extend(llama_cpp_rows(a, &w, &chat_file)?);
         }
     }
     let json = serde_json::to_string_pretty(&rows)
@@ -204,11 +242,16 @@ pub fn run(a: &SpecArgs) -> Result<(), XtaskError> {
         })
         .collect();
     let md = format!(
-        "# kiln bench spec\n\n{}- {} threads, greedy, {} tokens, draft max {}\n\n{}",
+        "# kiln bench spec\n\n{}- {} threads, greedy, {} tokens, draft max {}, {} run(s) \
+         each\n- load average at the end: {}\n\n{}",
         report_header(&machine),
         a.threads,
         a.n_gen,
         a.draft_max,
+        a.repetitions,
+        std::fs::read_to_string("/proc/loadavg")
+            .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+            .unwrap_or_else(|_| "unknown".into()),
         markdown_table(
             &[
                 "workload",
@@ -250,7 +293,9 @@ pub fn run(a: &SpecArgs) -> Result<(), XtaskError> {
         "{md}
 ## Where the speculative time went
 
-Milliseconds over the whole          generation. `pass / step` is a scoring pass's mean time over the plain run's time          per token: what verifying a draft costs in decode steps (a same-run ratio, less          sensitive to machine load than tokens/s).
+Milliseconds over the whole generation. `pass / step` is a scoring pass's mean time over
+the plain run's time per token: what verifying a draft costs in decode steps (a same-run
+ratio, less sensitive to machine load than tokens/s).
 
 {}",
         markdown_table(
@@ -279,6 +324,22 @@ Milliseconds over the whole          generation. `pass / step` is a scoring pass
         ));
     }
     Ok(())
+}
+
+/// The first run, with tokens/s the mean over all runs.
+fn mean_speed(runs: Vec<GenJson>) -> Result<GenJson, XtaskError> {
+    let n = runs.len() as f64;
+    let mean = runs
+        .iter()
+        .map(|g| g.timings.predicted_per_second)
+        .sum::<f64>()
+        / n.max(1.0);
+    let mut first = runs
+        .into_iter()
+        .next()
+        .ok_or_else(|| failed("spec", "no run"))?;
+    first.timings.predicted_per_second = mean;
+    Ok(first)
 }
 
 fn row(
@@ -333,74 +394,120 @@ fn generate(
     kiln.json("generate", &args)
 }
 
-/// llama.cpp's own speculative tools on the same prompt (raw, without the chat template:
-/// their speed-ups are compared, not their text): `llama-lookup` (n-gram) on the model and,
-/// with a draft target, `llama-speculative`. Their "speed: X t/s" lines are the figures.
-fn llama_cpp_rows(
-    dir: &Path,
-    a: &SpecArgs,
-    w: &Workload,
-    prompt_file: &Path,
-) -> Result<Vec<Row>, XtaskError> {
-    let bin = |name: &str| {
-        [dir.join(name), dir.join("bin").join(name)]
-            .into_iter()
+/// llama.cpp's own speculative tools on the same chat-templated prompt, each beside a plain
+/// `llama-completion` run of the same prompt and length (the baseline of its speed-up):
+/// `llama-lookup` (n-gram) on the model and, with a draft target, `llama-speculative`.
+/// The decode speeds are the tools' own "speed: X t/s" / "eval time" figures.
+fn llama_cpp_rows(a: &SpecArgs, w: &Workload, prompt_file: &Path) -> Result<Vec<Row>, XtaskError> {
+    let bin = |name: &str| -> Result<PathBuf, XtaskError> {
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        if let Some(p) = a.llama_lookup.as_ref().and_then(|p| p.parent()) {
+            dirs.push(p.to_path_buf());
+        }
+        if let Some(d) = &a.llama_cpp {
+            dirs.extend([d.clone(), d.join("bin")]);
+        }
+        if name == "llama-lookup"
+            && let Some(p) = &a.llama_lookup
+        {
+            return if p.is_file() {
+                Ok(p.clone())
+            } else {
+                Err(bad(format!("no llama-lookup at {}", p.display())))
+            };
+        }
+        dirs.iter()
+            .map(|d| d.join(name))
             .find(|p| p.is_file())
-            .ok_or_else(|| bad(format!("no {name} under {}", dir.display())))
+            .ok_or_else(|| {
+                bad(format!(
+                    "no {name} beside llama-lookup or under --llama-cpp"
+                ))
+            })
     };
     let model = kiln_hub::resolve(&a.model)
         .map_err(|e| failed("llama.cpp", format!("{}: {e}", a.model)))?;
     let common = |m: &Path| -> Vec<String> {
         vec![
-            "-m".into(),
+            "-m".to_string(),
             m.display().to_string(),
-            "-f".into(),
+            "-f".to_string(),
             prompt_file.display().to_string(),
-            "-n".into(),
+            "-n".to_string(),
             a.n_gen.to_string(),
-            "-t".into(),
+            "-t".to_string(),
             a.threads.to_string(),
-            "--temp".into(),
-            "0".into(),
-            "--draft-max".into(),
-            a.draft_max.to_string(),
+            "--temp".to_string(),
+            "0".to_string(),
         ]
     };
-    let mut rows = Vec::new();
-    let mut tools = vec![("llama-lookup", model.clone(), common(&model))];
-    if let Some(t) = &a.draft_target {
-        let mut args = common(t);
-        args.extend(["-md".into(), model.display().to_string()]);
-        tools.push(("llama-speculative", t.clone(), args));
+    let draft = ["--spec-draft-n-max".to_string(), a.draft_max.to_string()];
+    let mut pairs = vec![(model.clone(), "llama-lookup", {
+        let mut v = common(&model);
+        v.extend(draft.clone());
+        v
+    })];
+    if let Some(t) = &a.draft_target
+        && bin("llama-speculative").is_ok()
+    {
+        let mut v = common(t);
+        v.extend(draft.clone());
+        v.extend(["-md".into(), model.display().to_string()]);
+        pairs.push((t.clone(), "llama-speculative", v));
     }
-    for (tool, target, args) in tools {
-        let out = std::process::Command::new(bin(tool)?)
-            .args(&args)
-            .output()
-            .map_err(|e| failed("llama.cpp", format!("cannot run {tool}: {e}")))?;
-        let log = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let speed = log
-            .lines()
-            .filter_map(|l| l.split("speed:").nth(1))
-            .filter_map(|s| s.split_whitespace().next()?.parse::<f64>().ok())
-            .next_back()
-            .ok_or_else(|| failed("llama.cpp", format!("{tool} printed no speed:\n{log}")))?;
-        rows.push(Row {
-            workload: w.name,
-            engine: "llama.cpp".into(),
-            target: target.display().to_string(),
-            method: tool.into(),
-            tokens: a.n_gen,
-            tokens_per_second: speed,
-            speedup: f64::NAN,
-            identical: None,
-            spec: None,
-            base_ms_per_token: f64::NAN,
-        });
+    let mut rows = Vec::new();
+    for (target, tool, args) in pairs {
+        let mut plain_args = common(&target);
+        plain_args.extend(["-no-cnv".into(), "--no-display-prompt".into()]);
+        let plain = llama_speed(&bin("llama-completion")?, "llama-completion", &plain_args)?;
+        let spec = llama_speed(&bin(tool)?, tool, &args)?;
+        let target = target.display().to_string();
+        for (method, speed) in [("llama-completion", plain), (tool, spec)] {
+            rows.push(Row {
+                workload: w.name,
+                engine: "llama.cpp".into(),
+                target: target.clone(),
+                method: method.into(),
+                tokens: a.n_gen,
+                tokens_per_second: speed,
+                speedup: speed / plain.max(1e-9),
+                identical: None,
+                spec: None,
+                base_ms_per_token: 1e3 / plain.max(1e-9),
+            });
+        }
     }
     Ok(rows)
+}
+
+/// Runs a llama.cpp tool and returns its decode speed in tokens/s: the last "decoded N
+/// tokens … speed: X t/s" line (`llama-lookup`, `llama-speculative`) or the "eval time"
+/// line's tokens per second (`llama-completion`).
+fn llama_speed(bin: &Path, tool: &str, args: &[String]) -> Result<f64, XtaskError> {
+    let out = std::process::Command::new(bin)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| failed("llama.cpp", format!("cannot run {tool}: {e}")))?;
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lookup = log
+        .lines()
+        .filter(|l| l.contains("decoded"))
+        .filter_map(|l| l.split("speed:").nth(1))
+        .filter_map(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+        .next_back();
+    // "eval time = 1234.56 ms / 95 runs ( 12.99 ms per token, 76.95 tokens per second)"
+    let eval = log
+        .lines()
+        .filter(|l| l.contains(" eval time") && !l.contains("prompt eval"))
+        .filter_map(|l| l.split(',').nth(1))
+        .filter_map(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+        .next_back();
+    lookup
+        .or(eval)
+        .ok_or_else(|| failed("llama.cpp", format!("{tool} printed no speed:\n{log}")))
 }

@@ -16,12 +16,12 @@ pub struct SpecArgs {
     #[arg(long)]
     pub draft_model: Option<String>,
     /// The most tokens drafted per step.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 16)]
     pub draft_max: usize,
     /// Shortest and longest n-gram an `ngram` draft matches on.
     #[arg(long, default_value_t = 1)]
     pub ngram_min: usize,
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 16)]
     pub ngram_max: usize,
     /// Always draft --draft-max tokens (no adaptive length, no pausing).
     #[arg(long)]
