@@ -126,7 +126,9 @@ impl<'t> Seq<'t> {
             alts: Vec::with_capacity(request.logprobs.unwrap_or(0)),
             piece: String::with_capacity(piece_bytes),
             emit: String::with_capacity(text_bytes),
-            texts: TextPool::new(text_bytes),
+            // Two steps' texts: one token a step, or a whole accepted draft and its bonus
+            // token when speculating.
+            texts: TextPool::new(text_bytes, 2 * (1 + spec.map_or(0, |cfg| cfg.draft_max))),
             submitted,
             admitted: None,
             prefill_progress: None,

@@ -7,24 +7,32 @@ use std::fmt;
 use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 
-/// Strings a pool lends at most at once before lending fresh ones (a receiver holding
-/// more texts than this lags; its surplus strings are freed when it drops them).
+/// Strings a pool keeps at least: a receiver that keeps up holds the texts of at most two
+/// steps (the one it is reading and the one being sent), one text per step without
+/// speculation. A receiver holding more than the pool keeps lags; its surplus strings are
+/// freed when it drops them.
 const POOL_STRINGS: usize = 8;
 
 /// The strings one request's texts are lent from.
 #[derive(Debug)]
 pub(crate) struct TextPool {
-    /// Strings returned by dropped texts, capacity reserved for [`POOL_STRINGS`].
+    /// Strings not lent (made up front, then returned by dropped texts); its capacity is
+    /// the number of strings the pool keeps.
     free: Mutex<Vec<String>>,
     /// The capacity of a string the pool makes: room for any token's text.
     string_bytes: usize,
 }
 
 impl TextPool {
-    /// A pool of strings of `string_bytes` bytes.
-    pub fn new(string_bytes: usize) -> Arc<TextPool> {
+    /// A pool of `strings` strings of `string_bytes` bytes (at least [`POOL_STRINGS`]),
+    /// all made now, so lending never allocates while the receiver holds no more than
+    /// that many texts — even when a step sends several texts at once (speculation).
+    pub fn new(string_bytes: usize, strings: usize) -> Arc<TextPool> {
+        let strings = strings.max(POOL_STRINGS);
+        let mut free = Vec::with_capacity(strings);
+        free.extend((0..strings).map(|_| String::with_capacity(string_bytes)));
         Arc::new(TextPool {
-            free: Mutex::new(Vec::with_capacity(POOL_STRINGS)),
+            free: Mutex::new(free),
             string_bytes,
         })
     }
@@ -124,7 +132,7 @@ mod tests {
 
     #[test]
     fn a_dropped_text_lends_its_string_to_the_next_one() {
-        let pool = TextPool::new(16);
+        let pool = TextPool::new(16, POOL_STRINGS);
         let a = pool.lend("hello");
         assert_eq!(a, "hello");
         let ptr = a.as_ptr();
@@ -136,7 +144,7 @@ mod tests {
 
     #[test]
     fn an_empty_text_takes_no_string_and_a_lagging_receiver_gets_fresh_ones() {
-        let pool = TextPool::new(16);
+        let pool = TextPool::new(16, POOL_STRINGS);
         assert!(pool.lend("").pool.is_none());
         let held: Vec<TokenText> = (0..2 * POOL_STRINGS).map(|_| pool.lend("x")).collect();
         assert!(held.iter().all(|t| t == "x"));
