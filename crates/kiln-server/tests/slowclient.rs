@@ -3,8 +3,10 @@
 //! header / body timeout (not long before it, not long after), while completions sent
 //! meanwhile keep their latency; idle keep-alive connections are closed at the timeout;
 //! connections past the limit are refused with 503 and the server recovers; requests with
-//! a missing, wrong or malformed key get 401. After each attack the process holds as many
-//! file descriptors as before it (every socket the server accepted was closed).
+//! a missing, wrong or malformed key get 401; a client that stops reading a long stream is
+//! dropped at the write timeout and its request cancelled, while completions keep their
+//! latency. After each attack the process holds as many file descriptors as before it
+//! (every socket the server accepted was closed).
 //!
 //! The tests take one lock in turn: each counts the process's open file descriptors, which
 //! another test's sockets would disturb.
@@ -13,10 +15,11 @@ mod common;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use common::start;
+use common::{start, start_with_context};
 use kiln_server::ServerConfig;
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -498,4 +501,201 @@ fn requests_with_a_missing_wrong_or_malformed_key_get_401_and_health_stays_open(
         assert_eq!(status, want, "{path}: {body}");
     }
     assert_fds_back_to(fds, "after the keyed requests");
+}
+
+/// The `/metrics` counters that tell how a request ended.
+#[derive(Clone, Copy, Debug)]
+struct Outcomes {
+    finished: f64,
+    cancelled: f64,
+    client_disconnects: f64,
+    running: f64,
+    generated: f64,
+}
+
+fn outcomes(addr: SocketAddr) -> Outcomes {
+    let (status, text) = exchange(addr, &request("GET", "/metrics", &[], ""));
+    assert_eq!(status, 200, "{text}");
+    let metric = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in /metrics: {text}"))
+    };
+    Outcomes {
+        finished: metric(r#"kiln_requests_total{outcome="finished"}"#),
+        cancelled: metric(r#"kiln_requests_total{outcome="cancelled"}"#),
+        client_disconnects: metric("kiln_client_disconnects_total"),
+        running: metric("kiln_requests_running"),
+        generated: metric("kiln_generation_tokens_total"),
+    }
+}
+
+/// A connection that stops reading the way a client across a real network does: a 4 KiB
+/// receive buffer and 536-byte segments, both set before connecting so that the handshake
+/// announces them. Over loopback with the defaults, 64 KiB segments let Linux grow the
+/// server's send buffer to its 4 MiB ceiling: a client with only the small receive buffer
+/// absorbs about 3 MB before a write blocks, more than the whole stream below, so the
+/// server's writes would never stall. With small segments the connection absorbs about
+/// 150 KB.
+fn stalled_reader(addr: SocketAddr) -> TcpStream {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).expect("socket");
+    s.set_recv_buffer_size(4096).expect("SO_RCVBUF");
+    #[cfg(unix)]
+    s.set_tcp_mss(536).expect("TCP_MAXSEG");
+    s.connect(&addr.into()).expect("connect");
+    s.into()
+}
+
+/// Tokens the stalled stream asks for.
+const STALLED_TOKENS: usize = 1900;
+/// About 650 bytes a token (20 alternatives each): the buffers on the way (the kernel's
+/// and hyper's, a few hundred kilobytes) are full after a few hundred tokens, long before
+/// the generation could end on its own.
+const STALLED: &str = r#"{"prompt":"Once upon a time","max_tokens":1900,"ignore_eos":true,"stream":true,"logprobs":20,"temperature":0}"#;
+
+#[test]
+fn a_client_that_stops_reading_a_stream_is_dropped_at_the_write_timeout_and_its_request_cancelled_while_completions_keep_their_latency()
+ {
+    let _serial = serial();
+    let write_timeout = Duration::from_secs(2);
+    let addr = start_with_context(
+        ServerConfig {
+            write_timeout,
+            ..ServerConfig::default()
+        },
+        2048,
+    );
+    const N: usize = 8;
+    timed_completion(addr); // warm
+    let before: Vec<Duration> = (0..N).map(|_| timed_completion(addr)).collect();
+    let base = outcomes(addr);
+    let fds = settled_fds();
+
+    let mut s = stalled_reader(addr);
+    s.write_all(&request("POST", "/v1/completions", &[], STALLED))
+        .expect("send");
+    let sent = Instant::now();
+    // Completions on other connections until the stalled one is dropped.
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Arc::new(AtomicUsize::new(0));
+    let others = {
+        let (stop, started) = (Arc::clone(&stop), Arc::clone(&started));
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            while !stop.load(Ordering::Acquire) {
+                started.fetch_add(1, Ordering::AcqRel);
+                v.push(timed_completion(addr));
+            }
+            v
+        })
+    };
+    // Never read; watch the server's counters instead.
+    let give_up = sent + Duration::from_secs(300);
+    loop {
+        let now = outcomes(addr);
+        if now.cancelled > base.cancelled {
+            break;
+        }
+        // The completions generate at most 4 tokens each: past that, the stalled request
+        // has all its tokens, so it ended without the server giving up on its writes.
+        let theirs = 4.0 * started.load(Ordering::Acquire) as f64;
+        assert!(
+            now.generated - base.generated - theirs < STALLED_TOKENS as f64,
+            "the stalled stream's request ran to its end after {:?}: its writes were never \
+             timed out ({now:?})",
+            sent.elapsed()
+        );
+        assert!(
+            Instant::now() < give_up,
+            "no request cancelled {:?} after the stalled stream began ({now:?})",
+            sent.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let waited = sent.elapsed();
+    stop.store(true, Ordering::Release);
+    let during = others.join().expect("completions thread");
+
+    let end = outcomes(addr);
+    assert_eq!(
+        end.cancelled - base.cancelled,
+        1.0,
+        "cancelled requests: {base:?} -> {end:?}"
+    );
+    assert_eq!(
+        end.client_disconnects - base.client_disconnects,
+        1.0,
+        "the stalled stream counts as a client that went away: {base:?} -> {end:?}"
+    );
+    assert_eq!(
+        end.finished - base.finished,
+        during.len() as f64,
+        "only the completions finished: {base:?} -> {end:?}"
+    );
+    assert_eq!(end.running, 0.0, "{end:?}");
+    assert!(
+        waited >= write_timeout,
+        "cancelled after {waited:?}, before the write timeout of {write_timeout:?}"
+    );
+
+    // The server closed the connection: what the buffers held arrives, then the end.
+    let mut got = Vec::new();
+    let closed = read_until_closed(&mut s, Instant::now() + Duration::from_secs(30), &mut got);
+    assert!(
+        closed.is_some(),
+        "the stalled connection is still open after its request was cancelled"
+    );
+    let text = String::from_utf8_lossy(&got);
+    assert!(
+        text.starts_with("HTTP/1.1 200"),
+        "{:?}",
+        &text[..text.len().min(200)]
+    );
+    let chunks = text.matches("data: {").count();
+    assert!(
+        !text.contains("data: [DONE]") && chunks < STALLED_TOKENS,
+        "the whole stream arrived ({chunks} chunks): the client's buffers held it"
+    );
+    // The completions' tokens (at most 4 each) aside, what the stalled request generated.
+    let stalled_generated = end.generated - base.generated - 4.0 * during.len() as f64;
+    // The last N completions: those nearest the cancel, when the server's write had
+    // stalled (the earlier ones ran while the buffers were filling). As many as before the
+    // attack, so that their maximum compares with that of as many samples.
+    let last = &during[during.len().saturating_sub(N)..];
+    eprintln!(
+        "stalled stream cancelled {waited:?} after it was sent (write timeout \
+         {write_timeout:?}), at about token {stalled_generated} of {STALLED_TOKENS}; the \
+         client then read {} bytes, {chunks} tokens; {} completions alone: p50 {:?} max \
+         {:?}; the last {} of {} meanwhile: p50 {:?} max {:?}",
+        got.len(),
+        before.len(),
+        median(&before),
+        before.iter().max().unwrap(),
+        last.len(),
+        during.len(),
+        median(last),
+        last.iter().max().unwrap(),
+    );
+    // A server whose writes to the stalled client held up its workers (or its engine)
+    // would hold the completions for the write timeout, seconds; they share the engine
+    // with the stalled stream's generation until it is cancelled, hence the slack.
+    assert!(
+        during.len() >= 3,
+        "only {} completions ran meanwhile",
+        during.len()
+    );
+    assert!(
+        median(last) <= median(&before) * 2 + Duration::from_millis(250),
+        "p50 beside the stalled stream {:?}, alone {:?}",
+        median(last),
+        median(&before)
+    );
+    let (max_before, max_during) = (*before.iter().max().unwrap(), *last.iter().max().unwrap());
+    assert!(
+        max_during <= max_before * 2 + Duration::from_millis(500),
+        "max beside the stalled stream {max_during:?}, alone {max_before:?}"
+    );
+    drop(s);
+    assert_fds_back_to(fds, "after the stalled stream");
 }
