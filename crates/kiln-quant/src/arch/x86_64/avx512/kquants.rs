@@ -25,7 +25,9 @@
 //! `dot8r2`): in the two-row tile each activation vector is loaded once for both rows, and
 //! the tokens' scales and `bsums` terms are formed once for both. Q4_K's two-row tile
 //! ([`tile8_q4_k_pair`]) lays its data out differently: the two rows side by side in each
-//! `zmm`, one 32-value sub-block at a time, so the lanes need no folding.
+//! `zmm`, one 32-value sub-block at a time, so the lanes need no folding; and it reads the
+//! activations offset to unsigned bytes from a per-batch layout (`ActRows::q8k8`), so its
+//! quad sums are non-negative and pair up by one shift.
 
 use std::arch::x86_64::*;
 
