@@ -4,6 +4,10 @@
 //!
 //! `cargo run --release -p kiln-quant --example matmul_sim -- MODEL N_TOKENS THREADS [REPS]`
 //! prints the time per pass, weight GB/s and, for N_TOKENS > 1, tokens/s.
+//!
+//! A mixture-of-experts layer (`ffn_gate_exps`, `ffn_up_exps`, `ffn_down_exps`) is replayed
+//! as if the router spread the tokens evenly: every expert gets `N_TOKENS ·
+//! expert_used_count / expert_count` of them (at least one), through the same GEMM.
 
 use std::time::Instant;
 
@@ -31,22 +35,68 @@ fn main() {
         let (cols, rows) = (info.dims[0] as usize, info.dims[1] as usize);
         Some(QMatrix::new(info.ty, rows, cols, file.tensor_data(info)).expect("matrix"))
     };
+    // Expert `e` of a stacked expert tensor.
+    let expert = |name: &str, e: usize| -> Option<QMatrix<'_>> {
+        let info = file.tensor_info(name)?;
+        let (cols, rows) = (info.dims[0] as usize, info.dims[1] as usize);
+        let data = file.tensor_data(info);
+        let per = data.len() / info.dims[2] as usize;
+        Some(QMatrix::new(info.ty, rows, cols, &data[e * per..(e + 1) * per]).expect("expert"))
+    };
+    let arch = file
+        .metadata()
+        .str("general.architecture")
+        .unwrap_or("llama");
+    let used = file
+        .metadata()
+        .u32(&format!("{arch}.expert_used_count"))
+        .unwrap_or(0) as usize;
     let mut layers = Vec::new();
+    // Per layer, if it is a MoE layer: per expert its gate, up and down matrices.
+    let mut moe: Vec<Option<Vec<[QMatrix<'_>; 3]>>> = Vec::new();
     for il in 0.. {
         let Some(q) = mat(&format!("blk.{il}.attn_q.weight")) else {
             break;
         };
         let g = |s: &str| mat(&format!("blk.{il}.{s}.weight")).expect(s);
+        let ffn = if let Some(gate) = mat(&format!("blk.{il}.ffn_gate.weight")) {
+            moe.push(None);
+            [gate, g("ffn_up"), g("ffn_down")]
+        } else {
+            let name = |s: &str| format!("blk.{il}.{s}.weight");
+            let n_exp = file
+                .tensor_info(&name("ffn_gate_exps"))
+                .expect("experts")
+                .dims[2];
+            moe.push(Some(
+                (0..n_exp as usize)
+                    .map(|e| {
+                        [
+                            expert(&name("ffn_gate_exps"), e).expect("gate"),
+                            expert(&name("ffn_up_exps"), e).expect("up"),
+                            expert(&name("ffn_down_exps"), e).expect("down"),
+                        ]
+                    })
+                    .collect(),
+            ));
+            // Placeholders; the experts run instead (below).
+            [g("attn_q"), g("attn_q"), g("attn_q")]
+        };
         layers.push([
             q,
             g("attn_k"),
             g("attn_v"),
             g("attn_output"),
-            g("ffn_gate"),
-            g("ffn_up"),
-            g("ffn_down"),
+            ffn[0],
+            ffn[1],
+            ffn[2],
         ]);
     }
+    let moe_tokens = moe
+        .iter()
+        .flatten()
+        .next()
+        .map_or(0, |l| (n * used).div_ceil(l.len()).max(1));
     let output = mat("output.weight")
         .or_else(|| mat("token_embd.weight"))
         .expect("output");
@@ -65,7 +115,9 @@ fn main() {
     let mut s = MatmulScratch::default();
     let bytes: usize = layers
         .iter()
-        .flatten()
+        .enumerate()
+        .flat_map(|(il, l)| if moe[il].is_some() { &l[..4] } else { &l[..] })
+        .chain(moe.iter().flatten().flatten().flatten())
         .map(|m| m.rows() * m.row_bytes())
         .sum::<usize>()
         + output.rows() * output.row_bytes();
@@ -78,13 +130,24 @@ fn main() {
     pool.install(|| {
         for rep in 0..reps + 2 {
             let t0 = Instant::now();
-            for l in &layers {
+            for (il, l) in layers.iter().enumerate() {
                 s.prepare(&x[..n * l[0].cols()], n, l[0].cols());
                 for m in &l[..3] {
                     matmul_prepared(m, &mut s, &mut y[..n * m.rows()]);
                 }
                 s.prepare(&x[..n * l[3].cols()], n, l[3].cols());
                 matmul_prepared(&l[3], &mut s, &mut y[..n * l[3].rows()]);
+                if let Some(experts) = &moe[il] {
+                    let m = moe_tokens;
+                    for [gate, up, down] in experts {
+                        s.prepare(&x[..m * gate.cols()], m, gate.cols());
+                        matmul_prepared(gate, &mut s, &mut y[..m * gate.rows()]);
+                        matmul_prepared(up, &mut s, &mut y[..m * up.rows()]);
+                        s.prepare(&x[..m * down.cols()], m, down.cols());
+                        matmul_prepared(down, &mut s, &mut y[..m * down.rows()]);
+                    }
+                    continue;
+                }
                 s.prepare(&x[..n * l[4].cols()], n, l[4].cols());
                 for m in &l[4..6] {
                     matmul_prepared(m, &mut s, &mut y[..n * m.rows()]);

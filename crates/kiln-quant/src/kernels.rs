@@ -26,8 +26,23 @@ use kiln_format::GgmlType;
 
 use crate::error::QuantError;
 use crate::isa::{Isa, IsaError};
-use crate::table::{ActRows, Kernels, WeightKernels, act_scale_count, act_scales, interleave8};
+use crate::table::{
+    ActRows, Kernels, Q8K8_BLOCK_BYTES, WeightKernels, act_scale_count, act_scales, interleave8,
+    interleave8_q8k,
+};
 use crate::types::{AType, WType};
+
+/// Eight Q8_K activation rows laid out as the matmul scratch lays them out for the
+/// eight-token kernels (`interleave8_q8k`); empty for other activation types.
+fn q8k8_of(wt: WType, a: &[u8], stride: usize) -> Vec<u8> {
+    if wt.act() != AType::Q8_K {
+        return Vec::new();
+    }
+    let nb = stride / size_of::<crate::blocks::BlockQ8K>();
+    let mut out = vec![0u8; nb * Q8K8_BLOCK_BYTES];
+    interleave8_q8k(a, stride, nb, &mut out);
+    out
+}
 
 /// Checks `T` activation rows laid end to end in `a` against the weight row `w` and widens
 /// their block scales: `(scales, row stride in bytes, scales per row)`.
@@ -175,6 +190,7 @@ impl Kernels {
             sc: &sc,
             sc_stride,
             sc8: &[],
+            q8k8: &[],
         };
         let mut out = [0.0; 4];
         // SAFETY: as in `quantize_activations`; lengths checked above.
@@ -190,6 +206,7 @@ impl Kernels {
         let wt = wtype(ty)?;
         let (sc, stride, sc_stride) = act_rows_checked::<8>(wt, ty, w, a)?;
         let k = &self.weights[wt as usize];
+        let q8k8 = q8k8_of(wt, a, stride);
         let mut out = [0.0; 8];
         if let Some((unpack, d8)) = k.dot8_unpacked {
             let mut sc8 = vec![0.0f32; 8 * sc_stride];
@@ -200,6 +217,7 @@ impl Kernels {
                 sc: &sc,
                 sc_stride,
                 sc8: &sc8,
+                q8k8: &q8k8,
             };
             let mut wu = vec![crate::blocks::BlockI8::zeroed(); w.len() / ty.block_bytes()];
             // SAFETY: as in `quantize_activations`; `wu` holds one unpacked block per block.
@@ -219,6 +237,7 @@ impl Kernels {
                     sc: &sc,
                     sc_stride,
                     sc8: &sc8,
+                    q8k8: &q8k8,
                 };
                 // SAFETY: as in `quantize_activations`; lengths checked above.
                 unsafe { (d8.f)(w, rows, &mut out) }
@@ -231,6 +250,7 @@ impl Kernels {
                         sc: &sc[4 * half * sc_stride..4 * (half + 1) * sc_stride],
                         sc_stride,
                         sc8: &[],
+                        q8k8: &[],
                     };
                     let mut o = [0.0; 4];
                     // SAFETY: as above; `part` is four of the checked rows.
@@ -265,12 +285,14 @@ impl Kernels {
         let (sc, stride, sc_stride) = act_rows_checked::<8>(wt, ty, &w[..rb], a)?;
         let mut sc8 = vec![0.0f32; 8 * sc_stride];
         interleave8(&sc, sc_stride, &mut sc8);
+        let q8k8 = q8k8_of(wt, a, stride);
         let rows = ActRows {
             a,
             stride,
             sc: &sc,
             sc_stride,
             sc8: &sc8,
+            q8k8: &q8k8,
         };
         let mut out = [[0.0; 8]; 2];
         // SAFETY: as in `quantize_activations`; lengths checked above (`w` is two rows of

@@ -13,7 +13,10 @@ use bytemuck::Zeroable;
 use crate::blocks::BlockI8;
 use crate::kernels::kernels;
 use crate::pool;
-use crate::table::{ActRows, Kernels, WeightKernels, act_scale_count, act_scales, interleave8};
+use crate::table::{
+    ActRows, Kernels, Q8K8_BLOCK_BYTES, WeightKernels, act_scale_count, act_scales, interleave8,
+    interleave8_q8k,
+};
 use crate::types::{AType, WType};
 
 /// A row-major matrix of `rows` rows of `cols` elements of one GGML type, borrowed from
@@ -124,6 +127,9 @@ pub struct MatmulScratch {
     /// The same scales interleaved per group of eight rows (see `interleave8`), for the
     /// eight-token micro-kernels; whole groups only.
     scales8: [Vec<f32>; AType::COUNT],
+    /// The Q8_K rows laid out per group of eight rows for the AVX-512 Q4_K tile (see
+    /// `interleave8_q8k`); whole groups only.
+    q8k8: Vec<u8>,
     ready: [bool; AType::COUNT],
     /// [`matmul_grouped`]'s task plan: per group, the end of its task range and its rows per
     /// task.
@@ -165,13 +171,16 @@ impl MatmulScratch {
             sc: &self.scales[i],
             sc_stride: n_sc.max(1),
             sc8: &self.scales8[i],
+            q8k8: if a == AType::Q8_K { &self.q8k8 } else { &[] },
         }
     }
 
     /// The prepared rows converted to `a` (converting them now if needed), their widened
     /// scales for the GEMM micro-kernels, the scales' per-row stride, and the scales
-    /// interleaved by groups of eight rows.
-    fn act_rows(&mut self, k: &Kernels, a: AType) -> (&[u8], &[f32], usize, &[f32]) {
+    /// interleaved by groups of eight rows (and for Q8_K the rows laid out for the AVX-512
+    /// Q4_K tile).
+    #[allow(clippy::type_complexity)]
+    fn act_rows(&mut self, k: &Kernels, a: AType) -> (&[u8], &[f32], usize, &[f32], &[u8]) {
         let i = a as usize;
         // Float activations are widened for the GEMM micro-kernels only: one token's GEMV
         // reads them as they are.
@@ -250,9 +259,24 @@ impl MatmulScratch {
             for (g, o) in sc8.chunks_exact_mut(8 * sc_stride).enumerate() {
                 interleave8(&sc[g * 8 * sc_stride..], sc_stride, o);
             }
+            if a == AType::Q8_K {
+                let nb = self.cols / a.ggml().block_elems();
+                let per = nb * Q8K8_BLOCK_BYTES;
+                self.q8k8.resize(groups * per, 0);
+                for (g, o) in self.q8k8.chunks_exact_mut(per.max(1)).enumerate() {
+                    interleave8_q8k(&buf[g * 8 * rb..], rb, nb, o);
+                }
+            }
             self.ready[i] = true;
         }
-        (&self.acts[i], &self.scales[i], sc_stride, &self.scales8[i])
+        let q8k8: &[u8] = if a == AType::Q8_K { &self.q8k8 } else { &[] };
+        (
+            &self.acts[i],
+            &self.scales[i],
+            sc_stride,
+            &self.scales8[i],
+            q8k8,
+        )
     }
 }
 
@@ -306,7 +330,7 @@ pub fn matmul_prepared_with(k: &Kernels, w: &QMatrix, scratch: &mut MatmulScratc
     );
     let at = w.wt.act();
     let stride = at.row_bytes(w.cols);
-    let (acts, sc, sc_stride, sc8) = scratch.act_rows(k, at);
+    let (acts, sc, sc_stride, sc8, q8k8) = scratch.act_rows(k, at);
     let wk = k.weight(w.wt);
     if n == 1 {
         gemv(wk, w, acts, y);
@@ -317,6 +341,7 @@ pub fn matmul_prepared_with(k: &Kernels, w: &QMatrix, scratch: &mut MatmulScratc
             sc,
             sc_stride,
             sc8,
+            q8k8,
         };
         gemm(wk, w, a, n, y);
     }
@@ -505,6 +530,12 @@ unsafe fn gemm_tile(
         sc8: if n == 8 && !a.sc8.is_empty() {
             debug_assert_eq!(t % 8, 0);
             &a.sc8[t * a.sc_stride..(t + 8) * a.sc_stride]
+        } else {
+            &[]
+        },
+        q8k8: if n == 8 && !a.q8k8.is_empty() {
+            let per = a.sc_stride * Q8K8_BLOCK_BYTES;
+            &a.q8k8[t / 8 * per..(t / 8 + 1) * per]
         } else {
             &[]
         },
@@ -788,6 +819,7 @@ pub fn matmul_grouped_with<const N: usize>(
                 // The group starts on a group of eight interleaved rows when it has eight
                 // or more (checked above).
                 sc8: &a.sc8[sc8_from..],
+                q8k8: &a.q8k8[(g.first / 8 * a.sc_stride * Q8K8_BLOCK_BYTES).min(a.q8k8.len())..],
             };
             // SAFETY: task `i` alone writes rows r0..r1 of this group's output rows (as
             // above), all of its tokens.

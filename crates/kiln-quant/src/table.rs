@@ -44,6 +44,10 @@ pub(crate) type UnpackFn = unsafe fn(w: &[u8], out: &mut [crate::blocks::BlockI8
 /// For the eight-token kernels `sc8` holds the same scales interleaved across the eight
 /// rows, scale `j` of row `t` at `j * 8 + t` (see [`interleave8`]), so that one load gives
 /// a block's scale for all eight tokens; it is empty for the four-token kernels.
+///
+/// For Q8_K activations and the eight-token kernels `q8k8` holds the eight rows' values
+/// once more, laid out per super-block for the AVX-512 Q4_K tile (see [`interleave8_q8k`]);
+/// it is empty otherwise.
 #[derive(Clone, Copy)]
 pub(crate) struct ActRows<'a> {
     pub(crate) a: &'a [u8],
@@ -51,6 +55,7 @@ pub(crate) struct ActRows<'a> {
     pub(crate) sc: &'a [f32],
     pub(crate) sc_stride: usize,
     pub(crate) sc8: &'a [f32],
+    pub(crate) q8k8: &'a [u8],
 }
 
 impl<'a> ActRows<'a> {
@@ -124,6 +129,35 @@ pub(crate) fn interleave8(sc: &[f32], n_sc: usize, out: &mut [f32]) {
     for (j, o) in out[..8 * n_sc].chunks_exact_mut(8).enumerate() {
         for (t, v) in o.iter_mut().enumerate() {
             *v = sc[t * n_sc + j];
+        }
+    }
+}
+
+/// Bytes per super-block of [`interleave8_q8k`]'s layout: eight tokens' 256 values, then
+/// their eight `bsums` pair sums.
+pub(crate) const Q8K8_BLOCK_BYTES: usize = 8 * 256 + 8 * 16;
+
+/// Lays out eight Q8_K rows (`rows`, row `t` at `t * stride`, `nb` blocks each) for the
+/// AVX-512 Q4_K tile, `Q8K8_BLOCK_BYTES` per super-block `i` from `i * Q8K8_BLOCK_BYTES`:
+/// the 256 values of token `t` offset to unsigned bytes (`y + 128`, so `y ^ 0x80`) at
+/// `256 t`, then from `2048 + 16 t` the token's eight pair sums `bsum_2k + bsum_2k+1`
+/// wrapped to `i16` (as `hadd_epi16` forms them), little-endian. The tile's integer sums
+/// are then of unsigned activations and non-negative, which it corrects exactly.
+pub(crate) fn interleave8_q8k(rows: &[u8], stride: usize, nb: usize, out: &mut [u8]) {
+    use crate::blocks::{BlockQ8K, as_blocks};
+    let out = &mut out[..nb * Q8K8_BLOCK_BYTES];
+    for t in 0..8 {
+        let row: &[BlockQ8K] =
+            as_blocks(&rows[t * stride..t * stride + nb * size_of::<BlockQ8K>()]);
+        for (b, o) in row.iter().zip(out.chunks_exact_mut(Q8K8_BLOCK_BYTES)) {
+            for (d, &q) in o[256 * t..256 * t + 256].iter_mut().zip(&b.qs) {
+                *d = (q as u8) ^ 0x80;
+            }
+            for k in 0..8 {
+                let s = b.bsum(2 * k).wrapping_add(b.bsum(2 * k + 1));
+                let at = 2048 + 16 * t + 2 * k;
+                o[at..at + 2].copy_from_slice(&s.to_le_bytes());
+            }
         }
     }
 }

@@ -25,14 +25,16 @@
 //! `dot8r2`): in the two-row tile each activation vector is loaded once for both rows, and
 //! the tokens' scales and `bsums` terms are formed once for both. Q4_K's two-row tile
 //! ([`tile8_q4_k_pair`]) lays its data out differently: the two rows side by side in each
-//! `zmm`, one 32-value sub-block at a time, so the lanes need no folding.
+//! `zmm`, one 32-value sub-block at a time, so the lanes need no folding; and it reads the
+//! activations offset to unsigned bytes from a per-batch layout (`ActRows::q8k8`), so its
+//! quad sums are non-negative and pair up by one shift.
 
 use std::arch::x86_64::*;
 
 use super::util::*;
 use crate::arch::x86_64::avx2::util::{f16_to_f32, f16x2_to_f32, hsum_f32x4, hsum_f32x8};
 use crate::blocks::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, as_blocks, q4k_scales_mins};
-use crate::table::ActRows;
+use crate::table::{ActRows, Q8K8_BLOCK_BYTES};
 
 /// The 256 activation bytes of a Q8_K block as four `zmm`.
 #[inline]
@@ -247,6 +249,26 @@ pub(crate) fn dot8_q4_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
     [*out] = tile8_q4_k([w], rows_n::<8, BlockQ8K>(&a, w.len()), a.sc8);
 }
 
+/// `vpdpwssd`: `acc + a.lo16 * b.lo16 + a.hi16 * b.hi16` per `i32` lane, as
+/// `_mm512_dpwssd_epi32`, written as the instruction itself: the compiler otherwise splits
+/// it into `vpmaddwd` + `vpaddd` (one more operation per use in the tile below).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+    let mut acc = acc;
+    // SAFETY: a register-only instruction of AVX-512 VNNI, which this function requires.
+    unsafe {
+        std::arch::asm!(
+            "vpdpwssd {acc}, {a}, {b}",
+            acc = inout(zmm_reg) acc,
+            a = in(zmm_reg) a,
+            b = in(zmm_reg) b,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    acc
+}
+
 /// The 2 × 8 tile of Q4_K with the two rows side by side in every `zmm` (row 0 in the lower
 /// 256 bits, row 1 in the upper), so that one `vpdpbusd` serves two (row, token) pairs with
 /// no folding of halves afterwards:
@@ -255,34 +277,41 @@ pub(crate) fn dot8_q4_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
 ///   the activation `zmm` the token's 32 values in both halves (one broadcast load); lane `l`
 ///   of each half is then the quad sum of bytes `4l .. 4l + 4` of that row's sub-block, the
 ///   same lane as AVX2's;
-/// * the quad sums of sub-blocks `2p`, `2p + 1` are paired as the `i16` halves of one `i32`
-///   lane ([`lo16_pairs`]; each below `2^15` in magnitude) and one `vpdpwssd` by the scale
-///   pair `sc_2p | sc_{2p+1} << 16` (the same for all eight lanes of a row) adds both scaled
-///   sums to the lane;
+/// * the activations are read offset to unsigned bytes, `y + 128` (`ActRows::q8k8`, made
+///   once per batch), and the weights are the signed operand of `vpdpbusd`: every quad sum
+///   is then non-negative and below `4 · 15 · 255 < 2^15`, so the sum of sub-block `2p + 1`
+///   shifted up 16 bits is the accumulator the sum of sub-block `2p` is formed on, which
+///   leaves the two as the `i16` halves of one `i32` lane with no borrow; one `vpdpwssd` by
+///   the scale pair `sc_2p | sc_{2p+1} << 16` (the same for all eight lanes of a row) adds
+///   both scaled sums to the lane;
+/// * the offset adds `128 · sc_g · (sum of the lane's four weights of g)` per sub-block, a
+///   per-lane constant of the two rows' super-block, formed once for the eight tokens the
+///   same way (activations all 128) and subtracted by starting each token's lane there;
 /// * the four scaled pairs of a super-block are summed per lane (exact integer additions in
-///   another order), converted and `fma`-accumulated with `yd · d` of each row, the mins as
-///   in [`tile8_q4_k`].
+///   another order), converted and `fma`-accumulated with `yd · d` of each row; the mins
+///   of four tokens share a `zmm`: their `bsums` pair sums come from the same per-batch
+///   layout (one load), one `vpmaddwd` by the row's mins gives the four tokens' 4-lane
+///   products, as in [`tile8_q4_k`].
 ///
 /// Each (row, token) lane thus holds AVX2's exact 8-lane super-block sum and sees the same
 /// float operations in the same order as [`tile_q4_k`]: bit-identical to the single dot.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn tile8_q4_k_pair(w: [&[BlockQ4K]; 2], ys: [&[BlockQ8K]; 8], yd: &[f32]) -> [[f32; 8]; 2] {
-    let nb = ys[0].len();
-    for y in ys {
-        assert_eq!(y.len(), nb);
-    }
-    for x in w {
-        assert_eq!(x.len(), nb);
-    }
+fn tile8_q4_k_pair(w: [&[BlockQ4K]; 2], yd: &[f32], yu: &[u8]) -> [[f32; 8]; 2] {
+    let nb = w[0].len();
+    assert_eq!(w[1].len(), nb);
     assert!(yd.len() >= 8 * nb);
+    assert!(yu.len() >= nb * Q8K8_BLOCK_BYTES);
     let z = _mm512_setzero_si512();
     let m4 = _mm512_set1_epi8(0x0F);
+    // The activation offset, as unsigned bytes.
+    let c128 = _mm512_set1_epi8(i8::MIN);
     // Token t: row 0's eight float lanes in the lower half, row 1's in the upper.
     let mut acc = [_mm512_setzero_ps(); 8];
     let mut acc_m = [[_mm512_setzero_ps(); 2]; 2];
     for i in 0..nb {
         let x = [&w[0][i], &w[1][i]];
+        let yb = &yu[i * Q8K8_BLOCK_BYTES..(i + 1) * Q8K8_BLOCK_BYTES];
         // Sub-block g of both rows (values 0..16): row 0 low, row 1 high.
         let mut q = [z; 8];
         for j in 0..4 {
@@ -298,6 +327,28 @@ fn tile8_q4_k_pair(w: [&[BlockQ4K]; 2], ys: [&[BlockQ8K]; 8], yd: &[f32]) -> [[f
         let scv: [__m512i; 4] = std::array::from_fn(|p| {
             _mm512_permutexvar_epi32(pair_index32(p as i32, 4 + p as i32), pairs)
         });
+        // The scaled sums of unsigned activations `u`, starting from `start`: per sub-block
+        // pair, the odd sub-block's quad sums shifted into the upper `i16` halves, the even
+        // one's added below them, both scaled by one `vpdpwssd`.
+        macro_rules! sums {
+            ($start:expr, |$g:ident| $u:expr) => {{
+                let mut s = $start;
+                for (p, scv) in scv.iter().enumerate() {
+                    let hi = {
+                        let $g = 2 * p + 1;
+                        _mm512_dpbusd_epi32(z, $u, q[2 * p + 1])
+                    };
+                    let lo = {
+                        let $g = 2 * p;
+                        _mm512_dpbusd_epi32(_mm512_slli_epi32::<16>(hi), $u, q[2 * p])
+                    };
+                    s = dpwssd(s, lo, *scv);
+                }
+                s
+            }};
+        }
+        // What the offset adds to each lane, subtracted by starting every token there.
+        let base = _mm512_sub_epi32(z, sums!(z, |_g| c128));
         let dm = [
             f16x2_to_f32(x[0].d, x[0].dmin),
             f16x2_to_f32(x[1].d, x[1].dmin),
@@ -309,14 +360,8 @@ fn tile8_q4_k_pair(w: [&[BlockQ4K]; 2], ys: [&[BlockQ8K]; 8], yd: &[f32]) -> [[f
         );
         let ydi = &yd[8 * i..8 * i + 8];
         let step = |t: usize, acc: &mut __m512| {
-            let y = &ys[t][i];
-            let mut s = z;
-            for (p, scv) in scv.iter().enumerate() {
-                let g = 64 * p;
-                let lo = _mm512_dpbusd_epi32(z, q[2 * p], broadcast32(&y.qs[g..g + 32]));
-                let hi = _mm512_dpbusd_epi32(z, q[2 * p + 1], broadcast32(&y.qs[g + 32..g + 64]));
-                s = _mm512_dpwssd_epi32(s, lo16_pairs(lo, hi), *scv);
-            }
+            let y = &yb[256 * t..256 * t + 256];
+            let s = sums!(base, |g| broadcast32(&y[32 * g..32 * g + 32]));
             // `yd * d` of each row (a float product does not depend on operand order).
             let d = _mm512_mul_ps(dv, _mm512_set1_ps(ydi[t]));
             *acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), *acc);
@@ -331,15 +376,17 @@ fn tile8_q4_k_pair(w: [&[BlockQ4K]; 2], ys: [&[BlockQ8K]; 8], yd: &[f32]) -> [[f
         step(5, a5);
         step(6, a6);
         step(7, a7);
-        let yt: [&BlockQ8K; 8] = std::array::from_fn(|t| &ys[t][i]);
-        let ydv = load_f32x8(&yd[8 * i..8 * i + 8]);
-        let q8s: [__m512i; 4] = std::array::from_fn(|p| bsum_pairs(yt[2 * p], yt[2 * p + 1]));
+        let ydv = load_f32x8(ydi);
         for (r, m) in [m0, m1].into_iter().enumerate() {
-            let mm = mins_dup(widen(m));
+            // The row's eight mins as `i16`, in every 128-bit lane.
+            let mm = _mm512_broadcast_i32x4(widen(m));
             let dmin = _mm_cvtss_f32(_mm_movehdup_ps(dm[r]));
             let dmv = _mm512_castps256_ps512(_mm256_mul_ps(ydv, _mm256_set1_ps(-dmin)));
             for h in 0..2 {
-                let prod = mins_quad(mm, q8s[2 * h], q8s[2 * h + 1]);
+                // Tokens 4h .. 4h + 4, one per 128-bit lane: lane k of a token is
+                // `m_2k * q8s_2k + m_2k+1 * q8s_2k+1` (exact in `i32`), as `q4k_mins_prod`.
+                let q8s = load512(&yb[2048 + 64 * h..2048 + 64 * h + 64]);
+                let prod = _mm512_madd_epi16(q8s, mm);
                 let dmq = _mm512_permutexvar_ps(quad_index32(4 * h as i32), dmv);
                 acc_m[r][h] = _mm512_fmadd_ps(dmq, _mm512_cvtepi32_ps(prod), acc_m[r][h]);
             }
@@ -360,7 +407,7 @@ pub(crate) fn dot8r2_q4_k(w: &[u8], row_bytes: usize, a: ActRows<'_>, out: &mut 
         as_blocks(&w[..row_bytes]),
         as_blocks(&w[row_bytes..2 * row_bytes]),
     ];
-    *out = tile8_q4_k_pair(w, rows_n::<8, BlockQ8K>(&a, w[0].len()), a.sc8);
+    *out = tile8_q4_k_pair(w, &a.sc8[..8 * w[0].len()], a.q8k8);
 }
 
 // ---------------------------------------------------------------- Q6_K × Q8_K
