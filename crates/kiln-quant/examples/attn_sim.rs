@@ -1,7 +1,7 @@
 //! Replays the attention of one decode step at depth (every layer and KV group, the query
 //! heads of a group together) over a cache laid out as kiln-kv lays it out (per layer an
 //! arena of blocks, each block the pages of every KV head), with the one-row arithmetic of
-//! an f16 cache: the many-row score kernel, the key-by-key online softmax, the f16
+//! an f16 cache: the many-row score kernel, the key-by-key online softmax kernel, the f16
 //! accumulator. Prints the best time per token of each phase, one thread.
 //!
 //! `cargo run --release -p kiln-quant --example attn_sim -- LAYERS KV_HEADS GROUP HEAD_DIM
@@ -116,24 +116,14 @@ fn main() {
                         }
                         if pass == 0 {
                             for r in 0..group {
-                                let (mut m, mut s) = (max[r], sum[r]);
-                                for j in 0..n {
-                                    let x = sc[r * n + j];
-                                    if x > m {
-                                        let e = (m - x).exp();
-                                        m = x;
-                                        s = s * e + 1.0;
-                                        ms[r * n + j] = e;
-                                        wv[r * n + j] = 1.0;
-                                    } else {
-                                        let w = (x - m).exp();
-                                        s += w;
-                                        ms[r * n + j] = 1.0;
-                                        wv[r * n + j] = w;
-                                    }
-                                }
-                                max[r] = m;
-                                sum[r] = s;
+                                let w = r * n..(r + 1) * n;
+                                (max[r], sum[r]) = ak.softmax_online(
+                                    &sc[w.clone()],
+                                    max[r],
+                                    sum[r],
+                                    &mut ms[w.clone()],
+                                    &mut wv[w],
+                                );
                             }
                         }
                         if pass != 1 {

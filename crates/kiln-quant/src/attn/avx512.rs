@@ -544,3 +544,117 @@ pub(super) fn softmax_weights(s: &[f32], m: f32, out: &mut [f32]) -> (f32, f32) 
     unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), acc) };
     (m, super::scalar::fold_lanes(lanes))
 }
+
+/// [`super::scalar::expf`] on eight lanes of `f64` (the widened arguments), the same
+/// operations in the same order, rounded to `f32` at the end. Lanes with `|x| ≥ 80`, an
+/// infinity or NaN are the caller's to redo with the scalar function.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+fn expf8(x: __m256, tab: &[__m512d; 4]) -> __m256 {
+    use super::scalar::{EXPF_C, EXPF_INVLN2N, EXPF_SHIFT};
+    let xd = _mm512_cvtps_pd(x);
+    let inv = _mm512_set1_pd(f64::from_bits(EXPF_INVLN2N));
+    let shift = _mm512_set1_pd(f64::from_bits(EXPF_SHIFT));
+    let z = _mm512_fmadd_pd(inv, xd, shift);
+    let ki = _mm512_castpd_si512(z);
+    let kd = _mm512_sub_pd(z, shift);
+    let r = _mm512_fmsub_pd(inv, xd, kd);
+    // Table entry `ki mod 32`: two 16-entry permutes, the fifth bit picks one.
+    let lo = _mm512_permutex2var_pd(tab[0], ki, tab[1]);
+    let hi = _mm512_permutex2var_pd(tab[2], ki, tab[3]);
+    let t = _mm512_mask_blend_pd(_mm512_test_epi64_mask(ki, _mm512_set1_epi64(16)), lo, hi);
+    let s = _mm512_castsi512_pd(_mm512_add_epi64(
+        _mm512_castpd_si512(t),
+        _mm512_slli_epi64::<47>(ki),
+    ));
+    let p = _mm512_fmadd_pd(
+        r,
+        _mm512_set1_pd(f64::from_bits(EXPF_C[0])),
+        _mm512_set1_pd(f64::from_bits(EXPF_C[1])),
+    );
+    let r2 = _mm512_mul_pd(r, r);
+    let y = _mm512_fmadd_pd(
+        r,
+        _mm512_set1_pd(f64::from_bits(EXPF_C[2])),
+        _mm512_set1_pd(1.0),
+    );
+    let y = _mm512_fmadd_pd(p, r2, y);
+    _mm512_cvtpd_ps(_mm512_mul_pd(y, s))
+}
+
+/// [`super::scalar::softmax_online`]: sixteen keys at a time when none of them raises the
+/// running maximum (after a row's first keys, nearly always) — their weights by [`expf8`],
+/// the sum taken lane by lane in key order as the oracle takes it; a block with a new
+/// maximum, lanes with `|s − max| ≥ 80`, and the tail go through the scalar steps.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+pub(super) fn softmax_online(
+    s: &[f32],
+    mut max: f32,
+    mut sum: f32,
+    ms: &mut [f32],
+    vs: &mut [f32],
+) -> (f32, f32) {
+    use super::scalar::{EXPF_SPECIAL_TOP, EXPF_TAB, expf};
+    let n = s.len().min(ms.len()).min(vs.len());
+    let tab: [__m512d; 4] = std::array::from_fn(|i| {
+        // SAFETY: eight `u64` of the 32-entry table.
+        unsafe { _mm512_loadu_pd(EXPF_TAB[8 * i..].as_ptr().cast()) }
+    });
+    let (sp, msp, vsp) = (s.as_ptr(), ms.as_mut_ptr(), vs.as_mut_ptr());
+    let one = _mm512_set1_ps(1.0);
+    let mut j = 0;
+    while j + 16 <= n {
+        // SAFETY: `j + 16 ≤ n ≤ s.len()`.
+        let x = unsafe { _mm512_loadu_ps(sp.add(j)) };
+        let mv = _mm512_set1_ps(max);
+        if _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, mv) != 0 {
+            (max, sum) = super::scalar::softmax_online(
+                &s[j..j + 16],
+                max,
+                sum,
+                &mut ms[j..j + 16],
+                &mut vs[j..j + 16],
+            );
+            j += 16;
+            continue;
+        }
+        let a = _mm512_sub_ps(x, mv);
+        let lo = expf8(_mm512_castps512_ps256(a), &tab);
+        let hi = expf8(
+            _mm256_castsi256_ps(_mm512_extracti64x4_epi64::<1>(_mm512_castps_si512(a))),
+            &tab,
+        );
+        let mut w = [0.0f32; 16];
+        // SAFETY: `w` holds sixteen floats.
+        unsafe {
+            _mm256_storeu_ps(w.as_mut_ptr(), lo);
+            _mm256_storeu_ps(w.as_mut_ptr().add(8), hi);
+        }
+        // Arguments `|a| ≥ 80`, infinite or NaN: the scalar function's checks.
+        let top = _mm512_and_si512(
+            _mm512_srli_epi32::<20>(_mm512_castps_si512(a)),
+            _mm512_set1_epi32(0x7ff),
+        );
+        let special = _mm512_cmpgt_epu32_mask(top, _mm512_set1_epi32(EXPF_SPECIAL_TOP as i32));
+        if special != 0 {
+            let mut av = [0.0f32; 16];
+            // SAFETY: `av` holds sixteen floats.
+            unsafe { _mm512_storeu_ps(av.as_mut_ptr(), a) };
+            for (l, wl) in w.iter_mut().enumerate() {
+                if special & (1 << l) != 0 {
+                    *wl = expf(av[l]);
+                }
+            }
+        }
+        for &wl in &w {
+            sum += wl;
+        }
+        // SAFETY: `j + 16 ≤ n ≤ ms.len(), vs.len()`.
+        unsafe {
+            _mm512_storeu_ps(msp.add(j), one);
+            _mm512_storeu_ps(vsp.add(j), _mm512_loadu_ps(w.as_ptr()));
+        }
+        j += 16;
+    }
+    super::scalar::softmax_online(&s[j..n], max, sum, &mut ms[j..n], &mut vs[j..n])
+}
