@@ -16,8 +16,9 @@
 //!   on the batch or the thread split).
 //!
 //! In both, each score is scaled (soft-capped, `c·tanh(s)`, for Gemma 2), the softmax is
-//! computed online (running maximum and sum, `exp` in f32) — key by key with libm's `expf`
-//! in the one-row arithmetic — and the sum is multiplied by `1/sum` at the end. Matching these roundings keeps Kiln's outputs as close
+//! computed online (running maximum and sum, `exp` in f32) — key by key with glibc's `expf`
+//! algorithm (`kiln_quant::attn::expf`, the same bits on every platform) in the one-row
+//! arithmetic — and the sum is multiplied by `1/sum` at the end. Matching these roundings keeps Kiln's outputs as close
 //! to llama.cpp's as these models allow (see `docs/correctness.md`): the one-row arithmetic
 //! reproduces llama.cpp's greedy decoding, the prompt arithmetic its perplexity and KL figures
 //! (with the one-row arithmetic for prompts too, an f16 cache lost 0.0035 nats of KL to an
@@ -571,7 +572,7 @@ fn run_tile(
         // key `j` at `r·nk + j - chunk_lo`.
         for r in 0..rows {
             let (lo, hi) = range(r / heads, chunk_lo, chunk_hi);
-            let (mut max, mut sum) = (slot.max[r], slot.sum[r]);
+            let (max, mut sum) = (slot.max[r], slot.sum[r]);
             if lo >= hi {
                 continue;
             }
@@ -597,30 +598,15 @@ fn run_tile(
                 slot.sum[r] = sum + tile_sum;
                 continue;
             }
-            let ws = slot.ms[span.clone()]
-                .iter_mut()
-                .zip(&mut slot.vs[span.clone()]);
-            for (&s, (ms, vs)) in sc[span].iter().zip(ws) {
-                let mut s = s;
-                if let Some(c) = softcap {
-                    s = c * s.tanh();
-                }
-                if s > max {
-                    // New maximum: rescale what was accumulated; this value's weight is 1.
-                    let m = (max - s).exp();
-                    max = s;
-                    sum = sum * m + 1.0;
-                    *ms = m;
-                    *vs = 1.0;
-                } else {
-                    let w = (s - max).exp();
-                    sum += w;
-                    *ms = 1.0;
-                    *vs = w;
+            // Key by key, llama.cpp's order of operations (the kernel's `expf` is glibc's).
+            let s = &mut sc[span.clone()];
+            if let Some(c) = softcap {
+                for s in s.iter_mut() {
+                    *s = c * s.tanh();
                 }
             }
-            slot.max[r] = max;
-            slot.sum[r] = sum;
+            let (ms, vs) = (&mut slot.ms[span.clone()], &mut slot.vs[span]);
+            (slot.max[r], slot.sum[r]) = ak.softmax_online(s, max, sum, ms, vs);
         }
         // Values: the keys every token of the tile sees (`clo..chi`) for all rows at once;
         // before them each token's own earlier keys (sliding window), after them its own

@@ -193,11 +193,11 @@ fn plain_attention<A: Acc>(
                 }
                 let vj = &v[j * vd + g * hdv..][..hdv];
                 let (ms, vs) = if s > max {
-                    let m = (max - s).exp();
+                    let m = kiln_quant::attn::expf(max - s);
                     max = s;
                     (m, 1.0)
                 } else {
-                    (1.0, (s - max).exp())
+                    (1.0, kiln_quant::attn::expf(s - max))
                 };
                 if ms != 1.0 {
                     acc.iter_mut().for_each(|a| *a = A::set(a.get() * ms));

@@ -796,3 +796,16 @@ pub(super) fn softmax_weights(s: &[f32], m: f32, out: &mut [f32]) -> (f32, f32) 
     }
     (m, super::scalar::fold_lanes(lanes))
 }
+
+/// [`super::scalar::softmax_online`] with its fused steps as FMA instructions (the same
+/// roundings; without the feature they are calls to `fma`).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn softmax_online(
+    s: &[f32],
+    max: f32,
+    sum: f32,
+    ms: &mut [f32],
+    vs: &mut [f32],
+) -> (f32, f32) {
+    super::scalar::softmax_online(s, max, sum, ms, vs)
+}

@@ -3,12 +3,17 @@
 //! sixteen lanes a register.
 //!
 //! - Scores: sixteen keys per register (a page of 16 slots is one register per dimension),
-//!   each lane one key's sequential sum over the dimensions; a block of up to eight query
-//!   rows × two key groups shares every key load (and its f16 widening).
+//!   each lane one key's sequential sum over the dimensions; a block of query rows × key
+//!   groups shares every key load (and its f16 widening): up to four rows × four groups (a
+//!   decode step's query heads of one KV group: twelve independent chains of fused
+//!   multiply-adds), five to eight rows × two groups.
 //! - Values: a block of up to four accumulator rows × 64 dimensions (sixteen registers)
 //!   stays in registers across the keys of a call; each value row is loaded and widened once
 //!   per block. An f16 accumulator is rounded to f16 after every step in the register, as a
 //!   store and reload would.
+//! - Both prefetch what they read next (the next step's key groups; value rows a page
+//!   ahead): a long context's pages are scattered through the cache arena, so the hardware
+//!   prefetchers lose the stream at every page boundary.
 //!
 //! Shapes these kernels do not cover (page sizes not a multiple of 16, value rows not a
 //! multiple of 16) go to the AVX2 kernels, which give the same bits. Every function here
@@ -87,9 +92,11 @@ impl Acc16 for f16 {
 }
 
 /// Scores of rows `r0..r0 + R` (rows of `hd` in `q`, of `n = pages.len()·bs` in `out`)
-/// against every page, in groups of sixteen slots (`bs` a multiple of 16): two groups at a
-/// time, so each dimension step is two key loads, `R` broadcasts and `2R` independent fused
-/// multiply-adds. Every lane is one key's sequential sum over the dimensions.
+/// against every page, in groups of sixteen slots (`bs` a multiple of 16): `G` groups at a
+/// time, so each dimension step is `G` key loads, `R` broadcasts and `G·R` independent fused
+/// multiply-adds. Every lane is one key's sequential sum over the dimensions. While a step
+/// of `G` groups runs, the next `G` groups' cache lines are prefetched (pages of a long
+/// context are scattered in memory, out of the hardware prefetchers' reach).
 ///
 /// # Safety
 /// Rows `r0..r0 + R` exist in `q` and `out`, `bs` is a multiple of 16, and every page lies
@@ -97,7 +104,7 @@ impl Acc16 for f16 {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn scores_block<const R: usize, V: Value16>(
+unsafe fn scores_block<const R: usize, const G: usize, V: Value16>(
     q: &[f32],
     hd: usize,
     k: &[V],
@@ -121,37 +128,52 @@ unsafe fn scores_block<const R: usize, V: Value16>(
         let (p, r) = (g / gpp, g % gpp);
         (pages[p] + r * 16, p * bs + r * 16)
     };
+    // A dimension row of a group is 16 keys; prefetch once per 64-byte line.
+    let pf_every = (64 / (16 * size_of::<V>())).max(1);
     let mut g = 0;
     while g < n_groups {
-        // Two groups when there are two left, else one (the second repeats the first and is
-        // not stored).
-        let two = g + 1 < n_groups;
-        let g0 = at(g);
-        let g1 = if two { at(g + 1) } else { g0 };
-        let mut a = [[_mm512_set1_ps(-0.0); 2]; R];
+        // `G` groups when there are that many left, else as many as there are (the others
+        // repeat the last one and are not stored).
+        let live = G.min(n_groups - g);
+        let mut gs = [(0, 0); G];
+        for (i, gi) in gs.iter_mut().enumerate() {
+            *gi = at(g + i.min(live - 1));
+        }
+        // The next step's groups, if any.
+        let ahead = n_groups.saturating_sub(g + G).min(G);
+        let mut pf = [0usize; G];
+        for (i, p) in pf.iter_mut().enumerate().take(ahead) {
+            *p = at(g + G + i).0;
+        }
+        let mut a = [[_mm512_set1_ps(-0.0); G]; R];
         for d in 0..hd {
-            // SAFETY: slot groups `src..src + 16` of dimension row `d < hd` lie in their
-            // pages, which the wrapper checked are inside `k`.
-            let k0 = unsafe { V::load16(kp.add(g0.0 + d * bs)) };
-            // SAFETY: as above.
-            let k1 = unsafe { V::load16(kp.add(g1.0 + d * bs)) };
+            if d % pf_every == 0 {
+                for &p in &pf[..ahead] {
+                    // A prefetch never faults, whatever the address.
+                    _mm_prefetch::<_MM_HINT_T0>(kp.wrapping_add(p + d * bs).cast());
+                }
+            }
+            let mut kv = [_mm512_setzero_ps(); G];
+            for (x, &(src, _)) in kv.iter_mut().zip(&gs) {
+                // SAFETY: slot group `src..src + 16` of dimension row `d < hd` lies in its
+                // page, which the wrapper checked is inside `k`.
+                *x = unsafe { V::load16(kp.add(src + d * bs)) };
+            }
             for (i, ai) in a.iter_mut().enumerate() {
                 // SAFETY: `i < R` and `d < hd`: inside `qs`.
                 let qv = _mm512_set1_ps(unsafe { *qp.add(i * hd + d) });
-                ai[0] = _mm512_fmadd_ps(qv, k0, ai[0]);
-                ai[1] = _mm512_fmadd_ps(qv, k1, ai[1]);
-            }
-        }
-        for (i, ai) in a.iter().enumerate() {
-            // SAFETY: `i < R` rows of `n` in `os`; each group's 16 slots lie in its row.
-            unsafe {
-                _mm512_storeu_ps(op.add(i * n + g0.1), _mm512_mul_ps(ai[0], sc));
-                if two {
-                    _mm512_storeu_ps(op.add(i * n + g1.1), _mm512_mul_ps(ai[1], sc));
+                for (aj, &x) in ai.iter_mut().zip(&kv) {
+                    *aj = _mm512_fmadd_ps(qv, x, *aj);
                 }
             }
         }
-        g += if two { 2 } else { 1 };
+        for (i, ai) in a.iter().enumerate() {
+            for (aj, &(_, dst)) in ai.iter().zip(&gs).take(live) {
+                // SAFETY: `i < R` rows of `n` in `os`; each group's 16 slots lie in its row.
+                unsafe { _mm512_storeu_ps(op.add(i * n + dst), _mm512_mul_ps(*aj, sc)) };
+            }
+        }
+        g += live;
     }
 }
 
@@ -173,20 +195,20 @@ fn scores_rows<V: Value16>(
     while r + 8 <= rows {
         // SAFETY: rows `r..r + 8` exist; `bs` is a multiple of 16 (the callers check);
         // pages checked by the wrapper.
-        unsafe { scores_block::<8, V>(q, hd, k, pages, bs, scale, out, r) };
+        unsafe { scores_block::<8, 2, V>(q, hd, k, pages, bs, scale, out, r) };
         r += 8;
     }
     // SAFETY: rows `r..rows` exist; otherwise as above.
     unsafe {
         match rows - r {
             0 => {}
-            1 => scores_block::<1, V>(q, hd, k, pages, bs, scale, out, r),
-            2 => scores_block::<2, V>(q, hd, k, pages, bs, scale, out, r),
-            3 => scores_block::<3, V>(q, hd, k, pages, bs, scale, out, r),
-            4 => scores_block::<4, V>(q, hd, k, pages, bs, scale, out, r),
-            5 => scores_block::<5, V>(q, hd, k, pages, bs, scale, out, r),
-            6 => scores_block::<6, V>(q, hd, k, pages, bs, scale, out, r),
-            _ => scores_block::<7, V>(q, hd, k, pages, bs, scale, out, r),
+            1 => scores_block::<1, 4, V>(q, hd, k, pages, bs, scale, out, r),
+            2 => scores_block::<2, 4, V>(q, hd, k, pages, bs, scale, out, r),
+            3 => scores_block::<3, 4, V>(q, hd, k, pages, bs, scale, out, r),
+            4 => scores_block::<4, 4, V>(q, hd, k, pages, bs, scale, out, r),
+            5 => scores_block::<5, 2, V>(q, hd, k, pages, bs, scale, out, r),
+            6 => scores_block::<6, 2, V>(q, hd, k, pages, bs, scale, out, r),
+            _ => scores_block::<7, 2, V>(q, hd, k, pages, bs, scale, out, r),
         }
     }
 }
@@ -234,6 +256,10 @@ struct RowWeights<'a> {
     n: usize,
 }
 
+/// How far ahead (in keys) the value kernels prefetch value rows: a page of the default
+/// size, enough to cover a memory latency at the speed keys are consumed.
+const PREFETCH_KEYS: usize = 16;
+
 /// `N` registers (16·N dimensions from `d0`) of accumulator rows `r0..r0 + R` through keys
 /// `first..first + n`: per key, `N` value loads serve `R·N` steps. Each element takes exactly
 /// the one-row oracle's steps in the same order.
@@ -266,7 +292,31 @@ unsafe fn accum_regs<const R: usize, const N: usize, A: Acc16, V: Value16>(
     let vp = v.as_ptr();
     let (msp, vsp) = (w.ms.as_ptr(), w.vs.as_ptr());
     let (mut page, mut slot) = (first / bs, first % bs);
+    // The first pass over the dimensions prefetches whole value rows `PREFETCH_KEYS` keys
+    // ahead (the later passes find them in cache).
+    let row_bytes = dv * size_of::<V>();
+    let (mut pf_key, mut pf_page, mut pf_slot) = if d0 == 0 {
+        let k = first + PREFETCH_KEYS;
+        (PREFETCH_KEYS, k / bs, k % bs)
+    } else {
+        (usize::MAX, 0, 0)
+    };
     for key in 0..w.n {
+        if pf_key < w.n {
+            let at = vp.wrapping_add(pages[pf_page] + pf_slot * dv).cast::<u8>();
+            let mut b = 0;
+            while b < row_bytes {
+                // A prefetch never faults, whatever the address.
+                _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(b).cast());
+                b += 64;
+            }
+            pf_key += 1;
+            pf_slot += 1;
+            if pf_slot == bs {
+                pf_slot = 0;
+                pf_page += 1;
+            }
+        }
         let row = pages[page] + slot * dv + d0;
         slot += 1;
         if slot == bs {
@@ -493,4 +543,118 @@ pub(super) fn softmax_weights(s: &[f32], m: f32, out: &mut [f32]) -> (f32, f32) 
     // SAFETY: `lanes` holds sixteen floats.
     unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), acc) };
     (m, super::scalar::fold_lanes(lanes))
+}
+
+/// [`super::scalar::expf`] on eight lanes of `f64` (the widened arguments), the same
+/// operations in the same order, rounded to `f32` at the end. Lanes with `|x| ≥ 80`, an
+/// infinity or NaN are the caller's to redo with the scalar function.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+fn expf8(x: __m256, tab: &[__m512d; 4]) -> __m256 {
+    use super::scalar::{EXPF_C, EXPF_INVLN2N, EXPF_SHIFT};
+    let xd = _mm512_cvtps_pd(x);
+    let inv = _mm512_set1_pd(f64::from_bits(EXPF_INVLN2N));
+    let shift = _mm512_set1_pd(f64::from_bits(EXPF_SHIFT));
+    let z = _mm512_fmadd_pd(inv, xd, shift);
+    let ki = _mm512_castpd_si512(z);
+    let kd = _mm512_sub_pd(z, shift);
+    let r = _mm512_fmsub_pd(inv, xd, kd);
+    // Table entry `ki mod 32`: two 16-entry permutes, the fifth bit picks one.
+    let lo = _mm512_permutex2var_pd(tab[0], ki, tab[1]);
+    let hi = _mm512_permutex2var_pd(tab[2], ki, tab[3]);
+    let t = _mm512_mask_blend_pd(_mm512_test_epi64_mask(ki, _mm512_set1_epi64(16)), lo, hi);
+    let s = _mm512_castsi512_pd(_mm512_add_epi64(
+        _mm512_castpd_si512(t),
+        _mm512_slli_epi64::<47>(ki),
+    ));
+    let p = _mm512_fmadd_pd(
+        r,
+        _mm512_set1_pd(f64::from_bits(EXPF_C[0])),
+        _mm512_set1_pd(f64::from_bits(EXPF_C[1])),
+    );
+    let r2 = _mm512_mul_pd(r, r);
+    let y = _mm512_fmadd_pd(
+        r,
+        _mm512_set1_pd(f64::from_bits(EXPF_C[2])),
+        _mm512_set1_pd(1.0),
+    );
+    let y = _mm512_fmadd_pd(p, r2, y);
+    _mm512_cvtpd_ps(_mm512_mul_pd(y, s))
+}
+
+/// [`super::scalar::softmax_online`]: sixteen keys at a time when none of them raises the
+/// running maximum (after a row's first keys, nearly always) — their weights by [`expf8`],
+/// the sum taken lane by lane in key order as the oracle takes it; a block with a new
+/// maximum, lanes with `|s − max| ≥ 80`, and the tail go through the scalar steps.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+pub(super) fn softmax_online(
+    s: &[f32],
+    mut max: f32,
+    mut sum: f32,
+    ms: &mut [f32],
+    vs: &mut [f32],
+) -> (f32, f32) {
+    use super::scalar::{EXPF_SPECIAL_TOP, EXPF_TAB, expf};
+    let n = s.len().min(ms.len()).min(vs.len());
+    let tab: [__m512d; 4] = std::array::from_fn(|i| {
+        // SAFETY: eight `u64` of the 32-entry table.
+        unsafe { _mm512_loadu_pd(EXPF_TAB[8 * i..].as_ptr().cast()) }
+    });
+    let (sp, msp, vsp) = (s.as_ptr(), ms.as_mut_ptr(), vs.as_mut_ptr());
+    let one = _mm512_set1_ps(1.0);
+    let mut j = 0;
+    while j + 16 <= n {
+        // SAFETY: `j + 16 ≤ n ≤ s.len()`.
+        let x = unsafe { _mm512_loadu_ps(sp.add(j)) };
+        let mv = _mm512_set1_ps(max);
+        if _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, mv) != 0 {
+            (max, sum) = super::scalar::softmax_online(
+                &s[j..j + 16],
+                max,
+                sum,
+                &mut ms[j..j + 16],
+                &mut vs[j..j + 16],
+            );
+            j += 16;
+            continue;
+        }
+        let a = _mm512_sub_ps(x, mv);
+        let lo = expf8(_mm512_castps512_ps256(a), &tab);
+        let hi = expf8(
+            _mm256_castsi256_ps(_mm512_extracti64x4_epi64::<1>(_mm512_castps_si512(a))),
+            &tab,
+        );
+        let mut w = [0.0f32; 16];
+        // SAFETY: `w` holds sixteen floats.
+        unsafe {
+            _mm256_storeu_ps(w.as_mut_ptr(), lo);
+            _mm256_storeu_ps(w.as_mut_ptr().add(8), hi);
+        }
+        // Arguments `|a| ≥ 80`, infinite or NaN: the scalar function's checks.
+        let top = _mm512_and_si512(
+            _mm512_srli_epi32::<20>(_mm512_castps_si512(a)),
+            _mm512_set1_epi32(0x7ff),
+        );
+        let special = _mm512_cmpgt_epu32_mask(top, _mm512_set1_epi32(EXPF_SPECIAL_TOP as i32));
+        if special != 0 {
+            let mut av = [0.0f32; 16];
+            // SAFETY: `av` holds sixteen floats.
+            unsafe { _mm512_storeu_ps(av.as_mut_ptr(), a) };
+            for (l, wl) in w.iter_mut().enumerate() {
+                if special & (1 << l) != 0 {
+                    *wl = expf(av[l]);
+                }
+            }
+        }
+        for &wl in &w {
+            sum += wl;
+        }
+        // SAFETY: `j + 16 ≤ n ≤ ms.len(), vs.len()`.
+        unsafe {
+            _mm512_storeu_ps(msp.add(j), one);
+            _mm512_storeu_ps(vsp.add(j), _mm512_loadu_ps(w.as_ptr()));
+        }
+        j += 16;
+    }
+    super::scalar::softmax_online(&s[j..n], max, sum, &mut ms[j..n], &mut vs[j..n])
 }

@@ -24,10 +24,13 @@
 //! over the same pages: each row's result is that of the one-row kernel alone, bit for bit,
 //! and each key or value vector loaded (and widened from f16) serves several rows.
 //!
-//! The online-softmax bookkeeping between the two (running maximum, `exp`, running sum)
-//! belongs to the caller. Key by key (the one-row arithmetic) it is scalar; tile by tile
-//! (the prompt arithmetic) [`AttnKernels::softmax_weights`] computes a row's tile maximum,
-//! weights and their sum with a vector [`exp`] and a fixed summation order. The page tables
+//! The online-softmax bookkeeping between the two (running maximum, `exp`, running sum) has
+//! two forms. Key by key (the one-row arithmetic), [`AttnKernels::softmax_online`] keeps
+//! llama.cpp's order of operations with [`expf`], glibc's `expf` written down (so the
+//! weights are the same bits on every platform, and a SIMD kernel computes sixteen at a
+//! time); tile by tile (the prompt arithmetic) [`AttnKernels::softmax_weights`] computes a
+//! row's tile maximum, weights and their sum with a vector [`exp`] and a fixed summation
+//! order. The page tables
 //! are the caller's too: every kernel takes the *offsets*
 //! of the pages it reads (`pages`, in elements) into one arena slice and the page size `bs`
 //! (tokens per page).
@@ -39,6 +42,7 @@
 //! | `round_f16`, `scores_f16`, `scores_f32`, `accum_f16`, `accum_f32` | ✓ (oracle) | ✓ (bit-identical) | avx2's |
 //! | `scores_rows_*`, `accum_rows_*` (many rows over the same pages) | ✓ (the one-row oracle, row by row) | ✓ (bit-identical; each loaded key or value serves four rows) | ✓ (bit-identical; 16 keys a register, up to 8 rows per key load; 4 rows × 64 dimensions of accumulator in registers; avx2's for pages or value rows not a multiple of 16) |
 //! | `softmax_weights` (tile softmax, [`exp`]) | ✓ (oracle) | ✓ (bit-identical) | ✓ (bit-identical) |
+//! | `softmax_online` (key-by-key softmax, [`expf`]) | ✓ (oracle) | ✓ (the oracle with FMA instructions) | ✓ (bit-identical; sixteen keys a step under the running maximum, `expf` on eight `f64` lanes) |
 //! | [`store_row`] F16, Q8_0 | ✓ | ✓ (kiln-quant activation converters) | avx2's |
 //! | [`store_row`] F32, Q4_0, Q4_1, Q5_0 | ✓ | scalar (not hot: once per token) | scalar |
 //! | [`hadamard_rotate`] (rotation of quantized K/V, see [`hadamard`]) | ✓ | scalar (compiler-vectorised; a few thousand additions per token and layer) | scalar |
@@ -57,7 +61,7 @@ use crate::isa::Isa;
 use crate::kernels::active_isa;
 
 pub use hadamard::{hadamard_rotate, key_rotation_size, value_rotation_size};
-pub use scalar::exp;
+pub use scalar::{exp, expf};
 pub use store::{KV_STORE_TYPES, store_row};
 
 /// `q` (f32, rounded to f16 or not) against `pages` of keys: `out[p·bs + j]` is the scaled
@@ -97,6 +101,9 @@ pub(crate) type AccumF16F32Fn = unsafe fn(
 );
 /// One row's softmax step over a tile of scores (see [`AttnKernels::softmax_weights`]).
 pub(crate) type SoftmaxFn = unsafe fn(s: &[f32], m: f32, out: &mut [f32]) -> (f32, f32);
+/// One row's key-by-key online softmax (see [`AttnKernels::softmax_online`]).
+pub(crate) type SoftmaxOnlineFn =
+    unsafe fn(s: &[f32], max: f32, sum: f32, ms: &mut [f32], vs: &mut [f32]) -> (f32, f32);
 pub(crate) type RoundFn = unsafe fn(x: &[f32], out: &mut [f32]);
 /// Many query rows (of `hd`) against the same pages: row `r`'s scores at `out[r·n..]`,
 /// `n = pages.len()·bs`.
@@ -141,6 +148,7 @@ pub struct AttnKernels {
     accum_rows_f32: (Isa, AccumRowsFn<f32, f32>),
     accum_rows_f16_f32: (Isa, AccumRowsFn<f32, f16>),
     softmax_weights: (Isa, SoftmaxFn),
+    softmax_online: (Isa, SoftmaxOnlineFn),
 }
 
 static SCALAR: AttnKernels = AttnKernels {
@@ -157,6 +165,7 @@ static SCALAR: AttnKernels = AttnKernels {
     accum_rows_f32: (Isa::Scalar, scalar::accum_rows_f32),
     accum_rows_f16_f32: (Isa::Scalar, scalar::accum_rows_f16_f32),
     softmax_weights: (Isa::Scalar, scalar::softmax_weights),
+    softmax_online: (Isa::Scalar, scalar::softmax_online_fn),
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -174,6 +183,7 @@ static AVX2: AttnKernels = AttnKernels {
     accum_rows_f32: (Isa::Avx2, avx2::accum_rows_f32),
     accum_rows_f16_f32: (Isa::Avx2, avx2::accum_rows_f16_f32),
     softmax_weights: (Isa::Avx2, avx2::softmax_weights),
+    softmax_online: (Isa::Avx2, avx2::softmax_online),
 };
 
 /// AVX-512: the many-row kernels (prompt tiles, a KV group's query heads) sixteen lanes a
@@ -187,6 +197,7 @@ static AVX512: AttnKernels = AttnKernels {
     accum_rows_f32: (Isa::Avx512, avx512::accum_rows_f32),
     accum_rows_f16_f32: (Isa::Avx512, avx512::accum_rows_f16_f32),
     softmax_weights: (Isa::Avx512, avx512::softmax_weights),
+    softmax_online: (Isa::Avx512, avx512::softmax_online),
     ..AVX2
 };
 
@@ -249,6 +260,7 @@ impl AttnKernels {
             ("accum_rows_f32", self.accum_rows_f32.0),
             ("accum_rows_f16_f32", self.accum_rows_f16_f32.0),
             ("softmax_weights", self.softmax_weights.0),
+            ("softmax_online", self.softmax_online.0),
         ]
     }
 
@@ -513,6 +525,35 @@ impl AttnKernels {
         assert!(out.len() >= s.len(), "softmax_weights: output too short");
         // SAFETY: as in `scores_f16`; `out` holds `s.len()` floats.
         unsafe { (self.softmax_weights.1)(s, m, &mut out[..s.len()]) }
+    }
+
+    /// One row's key-by-key online softmax over its scores `s` (the one-row arithmetic,
+    /// llama.cpp's one-row flash attention), from the running maximum `max` and sum `sum`:
+    /// for each key in order, when `s > max` the rescale `ms = expf(max − s)`, the weight
+    /// `vs = 1`, `sum = sum·ms + 1` and `max = s`; otherwise `ms = 1`, `vs = expf(s − max)`,
+    /// `sum += vs`. Writes `ms[j]`, `vs[j]` for every key and returns `(max, sum)`; `expf` is
+    /// [`expf`] (glibc's algorithm, written down). The weights are those the value kernels
+    /// take.
+    ///
+    /// # Panics
+    /// If `ms` or `vs` is shorter than `s`.
+    pub fn softmax_online(
+        &self,
+        s: &[f32],
+        max: f32,
+        sum: f32,
+        ms: &mut [f32],
+        vs: &mut [f32],
+    ) -> (f32, f32) {
+        let n = s.len();
+        assert!(
+            ms.len() >= n && vs.len() >= n,
+            "softmax_online: weights of {} / {} for {n} scores",
+            ms.len(),
+            vs.len()
+        );
+        // SAFETY: as in `scores_f16`; the weights hold `n` floats each.
+        unsafe { (self.softmax_online.1)(s, max, sum, &mut ms[..n], &mut vs[..n]) }
     }
 }
 

@@ -275,3 +275,154 @@ pub(super) fn softmax_weights(s: &[f32], m: f32, out: &mut [f32]) -> (f32, f32) 
     }
     (m, fold_lanes(acc))
 }
+
+/// The table of `2^(i/32)` (as `f64` bits, the exponent's low bits folded in by the caller)
+/// of [`expf`]'s reduction.
+pub(super) const EXPF_TAB: [u64; 32] = [
+    0x3ff0000000000000,
+    0x3fefd9b0d3158574,
+    0x3fefb5586cf9890f,
+    0x3fef9301d0125b51,
+    0x3fef72b83c7d517b,
+    0x3fef54873168b9aa,
+    0x3fef387a6e756238,
+    0x3fef1e9df51fdee1,
+    0x3fef06fe0a31b715,
+    0x3feef1a7373aa9cb,
+    0x3feedea64c123422,
+    0x3feece086061892d,
+    0x3feebfdad5362a27,
+    0x3feeb42b569d4f82,
+    0x3feeab07dd485429,
+    0x3feea47eb03a5585,
+    0x3feea09e667f3bcd,
+    0x3fee9f75e8ec5f74,
+    0x3feea11473eb0187,
+    0x3feea589994cce13,
+    0x3feeace5422aa0db,
+    0x3feeb737b0cdc5e5,
+    0x3feec49182a3f090,
+    0x3feed503b23e255d,
+    0x3feee89f995ad3ad,
+    0x3feeff76f2fb5e47,
+    0x3fef199bdd85529c,
+    0x3fef3720dcef9069,
+    0x3fef5818dcfba487,
+    0x3fef7c97337b9b5f,
+    0x3fefa4afa2a490da,
+    0x3fefd0765b6e4540,
+];
+/// `32 / ln 2`.
+pub(super) const EXPF_INVLN2N: u64 = 0x40471547652b82fe;
+/// `1.5 · 2^52`: adding it rounds to an integer, ties to even.
+pub(super) const EXPF_SHIFT: u64 = 0x4338000000000000;
+/// The polynomial of `2^(r/32)`: `C0·r³ + C1·r² + C2·r + 1` as `(C0·r + C1)·r² + (C2·r + 1)`.
+pub(super) const EXPF_C: [u64; 3] = [0x3ebc6af84b912394, 0x3f2ebfce50fac4f3, 0x3f962e42ff0c52d6];
+/// `(x bits >> 20) & 0x7ff` above this: `|x| ≥ 80`, the arguments [`expf`] checks first.
+pub(super) const EXPF_SPECIAL_TOP: u32 = 0x42a;
+
+/// `e^x` for the key-by-key online softmax of the one-row arithmetic: the algorithm of
+/// glibc's `expf` (since 2.27; the same one llama.cpp's one-row flash attention calls), in
+/// the operation order of its FMA build (`__expf_fma`, chosen on every x86-64 CPU with FMA):
+/// `x` widened to `f64`, `k = round(x·32/ln 2)` by the `1.5·2^52` shift (one fused step),
+/// `r = x·32/ln 2 − k` (fused), `2^(k/32)` from a 32-entry table with `k/32`'s integer part
+/// added to the exponent bits, a cubic in `r` with three fused steps, one product, one
+/// rounding to `f32`. Checked bit for bit against glibc 2.36's `expf` on all 2^32 inputs.
+/// Writing it down makes the results the same on every platform (another libm, or an x86
+/// CPU without FMA, where glibc takes its unfused build) and lets a SIMD kernel equal it.
+#[inline(always)]
+pub fn expf(x: f32) -> f32 {
+    let ix = x.to_bits();
+    if (ix >> 20) & 0x7ff > EXPF_SPECIAL_TOP {
+        return expf_special(x);
+    }
+    expf_core(x)
+}
+
+/// [`expf`]'s common path (`|x| < 80`, or in range).
+#[inline(always)]
+fn expf_core(x: f32) -> f32 {
+    let xd = f64::from(x);
+    let inv = f64::from_bits(EXPF_INVLN2N);
+    let shift = f64::from_bits(EXPF_SHIFT);
+    let z = inv.mul_add(xd, shift);
+    let ki = z.to_bits();
+    let kd = z - shift;
+    let r = inv.mul_add(xd, -kd);
+    let s = f64::from_bits(EXPF_TAB[(ki & 31) as usize].wrapping_add(ki << 47));
+    let [c0, c1, c2] = EXPF_C.map(f64::from_bits);
+    let p = r.mul_add(c0, c1);
+    let r2 = r * r;
+    let y = r.mul_add(c2, 1.0);
+    let y = p.mul_add(r2, y);
+    (y * s) as f32
+}
+
+/// [`expf`] for `|x| ≥ 80`, infinities and NaN: glibc's checks, then the common path.
+#[cold]
+pub(super) fn expf_special(x: f32) -> f32 {
+    let ix = x.to_bits();
+    if ix == f32::NEG_INFINITY.to_bits() {
+        return 0.0;
+    }
+    if (ix >> 20) & 0x7ff >= 0x7f8 {
+        // +∞ stays +∞, NaN stays NaN (quieted).
+        return x + x;
+    }
+    if x > f32::from_bits(0x42b1_7217) {
+        // Above ln(2^128).
+        return f32::INFINITY;
+    }
+    if x < f32::from_bits(0xc2cf_f1b4) {
+        // Below ln(2^-150).
+        return 0.0;
+    }
+    if x < f32::from_bits(0xc2ce_8ecf) {
+        // Below ln(2^-149): glibc returns the smallest subnormal there.
+        return f32::from_bits(1);
+    }
+    // `80 ≤ |x|` but in range: the common path.
+    expf_core(x)
+}
+
+/// The key-by-key online softmax of the one-row arithmetic (llama.cpp's one-row flash
+/// attention) over one row's scores `s`, from the running maximum `max` and sum `sum`: for
+/// each key in order, when `s > max` the new maximum's rescale `ms = expf(max − s)`, weight
+/// `vs = 1` and `sum = sum·ms + 1`; otherwise `ms = 1`, `vs = expf(s − max)` and
+/// `sum += vs`. Returns the new `(max, sum)`.
+#[inline(always)]
+pub(super) fn softmax_online(
+    s: &[f32],
+    mut max: f32,
+    mut sum: f32,
+    ms: &mut [f32],
+    vs: &mut [f32],
+) -> (f32, f32) {
+    for ((&x, m), v) in s.iter().zip(ms.iter_mut()).zip(vs.iter_mut()) {
+        if x > max {
+            // New maximum: rescale what was accumulated; this value's weight is 1.
+            let e = expf(max - x);
+            max = x;
+            sum = sum * e + 1.0;
+            *m = e;
+            *v = 1.0;
+        } else {
+            let w = expf(x - max);
+            sum += w;
+            *m = 1.0;
+            *v = w;
+        }
+    }
+    (max, sum)
+}
+
+/// [`softmax_online`] as a table entry (the oracle's).
+pub(super) fn softmax_online_fn(
+    s: &[f32],
+    max: f32,
+    sum: f32,
+    ms: &mut [f32],
+    vs: &mut [f32],
+) -> (f32, f32) {
+    softmax_online(s, max, sum, ms, vs)
+}

@@ -504,3 +504,88 @@ fn simd_exp_equals_the_scalar_exp_at_the_edges() {
         }
     }
 }
+
+#[test]
+fn expf_is_within_one_ulp_of_the_true_exponential() {
+    // glibc's algorithm is within 0.502 ulp: every result is one of the two floats around
+    // the true value.
+    let mut x = -103.0f32;
+    while x < 88.7 {
+        let got = super::expf(x) as f64;
+        let exact = (x as f64).exp();
+        let below = exact as f32;
+        let (lo, hi) = if (below as f64) <= exact {
+            (below, below.next_up())
+        } else {
+            (below.next_down(), below)
+        };
+        assert!(
+            got == lo as f64 || got == hi as f64,
+            "expf({x}) = {got}, true {exact}"
+        );
+        x += 0.0137;
+    }
+    assert_eq!(super::expf(f32::NEG_INFINITY), 0.0);
+    assert_eq!(super::expf(f32::INFINITY), f32::INFINITY);
+    assert!(super::expf(f32::NAN).is_nan());
+    assert_eq!(super::expf(0.0), 1.0);
+    assert_eq!(super::expf(-110.0), 0.0);
+    assert_eq!(super::expf(-103.5).to_bits(), 1);
+    assert_eq!(super::expf(89.0), f32::INFINITY);
+}
+
+#[test]
+fn softmax_online_equals_the_oracle_on_every_isa() {
+    let mut g = Gen(23);
+    for n in [0usize, 1, 7, 15, 16, 17, 31, 32, 48, 100, 128, 257] {
+        for (m0, sum0) in [
+            (f32::NEG_INFINITY, 0.0),
+            (0.5, 3.0),
+            (40.0, 1.0),
+            (-200.0, 2.0),
+        ] {
+            // Scores of unit size with occasional large, tiny and zero ones (new maxima,
+            // differences beyond 80), plus some infinities.
+            let mut s: Vec<f32> = (0..n).map(|_| g.next() * 3.0).collect();
+            for (i, x) in s.iter_mut().enumerate() {
+                if i % 37 == 5 {
+                    *x = f32::NEG_INFINITY;
+                }
+            }
+            let (mut wms, mut wvs) = (vec![0.0; n], vec![0.0; n]);
+            let (wm, wsum) = SCALAR.softmax_online(&s, m0, sum0, &mut wms, &mut wvs);
+            for k in fast_tables() {
+                let (mut ms, mut vs) = (vec![7.0; n], vec![7.0; n]);
+                let (m, sum) = k.softmax_online(&s, m0, sum0, &mut ms, &mut vs);
+                let what = format!("{} n {n} m {m0}", k.isa());
+                assert_eq!(m.to_bits(), wm.to_bits(), "{what} maximum");
+                assert_eq!(sum.to_bits(), wsum.to_bits(), "{what} sum");
+                assert_eq!(bits(&ms), bits(&wms), "{what} rescales");
+                assert_eq!(bits(&vs), bits(&wvs), "{what} weights");
+            }
+        }
+    }
+}
+
+#[test]
+fn simd_expf_equals_the_scalar_expf_across_its_range() {
+    // Every weight is `expf(s − 0)`: a dense sweep of `[-110, 0]` and every float bit
+    // pattern near 0, through the vector path (no score exceeds the maximum of 0).
+    let mut s: Vec<f32> = (0..1 << 20)
+        .map(|i| -110.0 * i as f32 / (1 << 20) as f32)
+        .collect();
+    s.extend((0..1 << 16).map(|i| -f32::from_bits(i * 977)));
+    let n = s.len();
+    let (mut wms, mut wvs) = (vec![0.0; n], vec![0.0; n]);
+    SCALAR.softmax_online(&s, 0.0, 0.0, &mut wms, &mut wvs);
+    for (w, &x) in wvs.iter().zip(&s) {
+        assert_eq!(w.to_bits(), super::expf(x).to_bits(), "oracle expf({x})");
+    }
+    for k in fast_tables() {
+        let (mut ms, mut vs) = (vec![0.0; n], vec![0.0; n]);
+        k.softmax_online(&s, 0.0, 0.0, &mut ms, &mut vs);
+        for (i, (a, b)) in vs.iter().zip(&wvs).enumerate() {
+            assert_eq!(a.to_bits(), b.to_bits(), "{} expf({})", k.isa(), s[i]);
+        }
+    }
+}
