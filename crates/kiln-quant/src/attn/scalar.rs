@@ -322,7 +322,8 @@ pub(super) const EXPF_C: [u64; 3] = [0x3ebc6af84b912394, 0x3f2ebfce50fac4f3, 0x3
 pub(super) const EXPF_SPECIAL_TOP: u32 = 0x42a;
 
 /// `e^x` for the key-by-key online softmax of the one-row arithmetic: the algorithm of
-/// glibc's `expf` (since 2.27; the same one llama.cpp's one-row flash attention calls), in
+/// glibc's `expf` (since 2.27; the same one llama.cpp's one-row flash attention calls; the
+/// algorithm and its constants come from Arm's optimized-routines, MIT OR Apache-2.0), in
 /// the operation order of its FMA build (`__expf_fma`, chosen on every x86-64 CPU with FMA):
 /// `x` widened to `f64`, `k = round(x·32/ln 2)` by the `1.5·2^52` shift (one fused step),
 /// `r = x·32/ln 2 − k` (fused), `2^(k/32)` from a 32-entry table with `k/32`'s integer part
