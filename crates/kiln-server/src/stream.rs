@@ -1,5 +1,7 @@
 //! SSE streaming in OpenAI's chunk format: `data: {chunk}\n\n` per event; chat streams
-//! open each choice with a `delta.role` chunk, every choice ends with a chunk carrying its
+//! open each choice with a `delta.role` chunk, sent with the choice's first token (as vLLM
+//! does: a stream's first body byte means its prefill is done, which routers such as
+//! vllm-router's `kv_aware` read to end a request's prefill load), every choice ends with a chunk carrying its
 //! `finish_reason`, an optional usage chunk (`stream_options.include_usage`) follows, and
 //! the stream ends with `data: [DONE]`. Dropping the stream (the client went away) drops
 //! the request handles, which cancels the requests and frees their KV blocks.
@@ -274,6 +276,9 @@ struct SseState {
     /// Text length released so far, per choice (for `text_offset`).
     offsets: Vec<usize>,
     ended: Vec<bool>,
+    /// Per choice, whether its first chunk went out (a chat choice's first chunk is its
+    /// `delta.role` chunk, made when its first event arrives rather than up front).
+    opened: Vec<bool>,
     /// Per chat choice, when replies are split (tools or reasoning).
     splitters: Vec<Option<Splitter>>,
     usage: UsageJson,
@@ -286,6 +291,12 @@ struct SseState {
 impl SseState {
     fn on_event(&mut self, index: usize, counts_prompt: bool, ev: Event) {
         let slot = self.slot(index);
+        if !self.opened[slot] {
+            self.opened[slot] = true;
+            if self.ctx.kind == Kind::Chat {
+                self.pending.push_back(role_chunk(&self.ctx, index));
+            }
+        }
         match ev {
             Event::Token {
                 id,
@@ -375,6 +386,7 @@ impl SseState {
         if index >= self.offsets.len() {
             self.offsets.resize(index + 1, 0);
             self.ended.resize(index + 1, false);
+            self.opened.resize(index + 1, false);
             self.splitters.resize_with(index + 1, || None);
         }
         index
@@ -412,7 +424,23 @@ impl Drop for SseState {
     }
 }
 
-/// The streaming response for `choices`.
+/// A chat choice's opening chunk: `delta.role` with empty content.
+fn role_chunk(ctx: &StreamCtx, index: usize) -> String {
+    ctx.chat_chunk(
+        index,
+        Delta {
+            role: Some("assistant"),
+            content: Some(String::new()),
+            ..Delta::default()
+        },
+        None,
+        None,
+        None,
+    )
+}
+
+/// The streaming response for `choices`. Nothing of the body goes out before the first
+/// engine event (the headers do): a chat choice's role chunk waits for its first token.
 pub fn sse(
     state: AppState,
     ctx: StreamCtx,
@@ -421,22 +449,6 @@ pub fn sse(
     slot: InFlight,
 ) -> Response {
     let n = choices.iter().map(|c| c.index + 1).max().unwrap_or(0);
-    let mut pending = VecDeque::new();
-    if ctx.kind == Kind::Chat {
-        for c in &choices {
-            pending.push_back(ctx.chat_chunk(
-                c.index,
-                Delta {
-                    role: Some("assistant"),
-                    content: Some(String::new()),
-                    ..Delta::default()
-                },
-                None,
-                None,
-                None,
-            ));
-        }
-    }
     let splitters = (0..n)
         .map(|_| {
             ctx.output
@@ -449,9 +461,10 @@ pub fn sse(
         state,
         ctx,
         inner: stream::select_all(choices.into_iter().map(choice_stream)),
-        pending,
+        pending: VecDeque::new(),
         offsets: vec![0; n],
         ended: vec![false; n],
+        opened: vec![false; n],
         splitters,
         usage: UsageJson::default(),
         include_usage,

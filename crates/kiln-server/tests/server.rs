@@ -488,6 +488,111 @@ fn assert_idle_soon(s: &Server) {
     }
 }
 
+/// A chat stream's body starts with its first token, not before: the role chunk goes out
+/// with it (as vLLM's does). A router reads a stream's first body byte as the end of the
+/// request's prefill (vllm-router's `kv_aware` then stops counting its prompt tokens as the
+/// replica's pending prefill), so a role chunk sent up front would report a queued or
+/// prefilling request as done. One running sequence: a long completion holds the engine
+/// while the chat waits in the queue, and the chat's connection must see the response
+/// headers and then nothing until the long completion ends.
+#[test]
+fn a_chat_stream_sends_no_body_before_its_first_token() {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let s = start(ServerConfig::default(), |c| c.max_running = 1);
+    let addr = s.addr;
+    let blocker_done = Arc::new(AtomicBool::new(false));
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let done = Arc::clone(&blocker_done);
+    let blocker = std::thread::spawn(move || {
+        let body = json!({"prompt":PROMPT,"max_tokens":400,"ignore_eos":true,"temperature":0,"stream":true});
+        let r = agent()
+            .post(format!("http://{addr}/v1/completions"))
+            .content_type("application/json")
+            .send(body.to_string().as_bytes())
+            .expect("blocker request");
+        let mut first = Some(started_tx);
+        for line in BufReader::new(r.into_body().into_reader()).lines() {
+            let line = line.expect("blocker stream");
+            if line.starts_with("data: ")
+                && let Some(tx) = first.take()
+            {
+                let _ = tx.send(());
+            }
+        }
+        done.store(true, Ordering::SeqCst);
+    });
+    started_rx
+        .recv_timeout(Duration::from_secs(120))
+        .expect("the long completion started streaming");
+
+    let body = json!({"messages":[{"role":"user","content":"Name a colour."}],
+                      "max_tokens":4,"temperature":0,"stream":true})
+    .to_string();
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        c,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let head_end = loop {
+        let n = c.read(&mut buf).expect("response headers");
+        assert!(
+            n > 0,
+            "closed before the headers: {:?}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..n]);
+        if let Some(i) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&got[..head_end]).to_string();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(
+        got.len(),
+        head_end,
+        "body bytes with the headers while the request waits: {:?}",
+        String::from_utf8_lossy(&got[head_end..])
+    );
+    c.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    match c.read(&mut buf) {
+        Err(e) => assert!(
+            matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+            "{e}"
+        ),
+        Ok(n) => panic!(
+            "{n} body bytes before the chat's first token: {:?}",
+            String::from_utf8_lossy(&buf[..n])
+        ),
+    }
+    // The silence above means something only while the long completion still held the
+    // engine (400 tokens take far longer than half a second here).
+    assert!(
+        !blocker_done.load(Ordering::SeqCst),
+        "the long completion ended within the window; the check saw nothing"
+    );
+    c.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    c.read_to_end(&mut got).expect("the rest of the stream");
+    blocker.join().expect("blocker");
+    let rest = String::from_utf8_lossy(&got[head_end..]).to_string();
+    let first = rest.find("data: ").expect("a data event");
+    let role = rest.find("\"role\":\"assistant\"").expect("a role chunk");
+    assert!(
+        role < rest[first..].find("\n\n").map_or(rest.len(), |e| first + e),
+        "the first event is the role chunk: {rest}"
+    );
+    assert!(rest.contains("[DONE]"), "{rest}");
+}
+
 #[test]
 fn a_panic_in_one_request_answers_500_and_the_server_keeps_serving() {
     const VICTIM: &str = "Tell me a story about a zebra";

@@ -35,21 +35,25 @@ pub struct ClusterArgs {
     /// Requests per document.
     #[arg(long, default_value_t = 8, value_parser = positive)]
     per_group: usize,
-    /// Words per document (about 1.3 tokens each).
-    #[arg(long, default_value_t = 200, value_parser = positive)]
+    /// Words per document (about 1.15 tokens each with SmolLM2's tokenizer: 800 words make
+    /// a prompt of about 950 tokens, a retrieved-context size; the question is about 20).
+    #[arg(long, default_value_t = 800, value_parser = positive)]
     prefix_words: usize,
     /// Concurrent streaming clients.
     #[arg(long, default_value_t = 3, value_parser = positive)]
     clients: usize,
-    /// `max_tokens` per request.
-    #[arg(long, default_value_t = 4, value_parser = positive)]
+    /// `max_tokens` per request (64: an answer of a few sentences, so a request spends
+    /// time decoding as served requests do, not only prefilling).
+    #[arg(long, default_value_t = 64, value_parser = positive)]
     max_tokens: usize,
-    /// `--kv-memory` of each replica (16M: about 45 blocks of 16 tokens of SmolLM2-135M, two
-    /// documents beside a running request).
-    #[arg(long, default_value = "16M")]
+    /// `--kv-memory` of each replica, sized by docs/scale-out.md's capacity rule: (documents
+    /// ÷ replicas) × document KV plus the running requests' own tokens. 51M: 145 blocks of 16
+    /// tokens of SmolLM2-135M (360 KiB each), two 60-block documents and three requests'
+    /// questions and answers; the cluster holds the six documents, one replica a third.
+    #[arg(long, default_value = "51M")]
     kv_memory: String,
     /// `--ctx-size` of each replica.
-    #[arg(long, default_value_t = 512, value_parser = positive)]
+    #[arg(long, default_value_t = 2048, value_parser = positive)]
     ctx: usize,
     /// `--threads` of each replica.
     #[arg(long, default_value_t = 1, value_parser = positive)]
