@@ -59,6 +59,12 @@ pub enum ModelError {
     TokenOutOfRange { id: u32, vocab: usize },
     /// A batched pass the session cannot run (too many tokens, a sequence twice, an
     /// empty row).
+    #[error("pooling '{pooling}' is not supported; supported: {}", supported.join(", "))]
+    UnsupportedPooling {
+        pooling: String,
+        supported: &'static [&'static str],
+    },
+
     #[error("invalid batch: {0}")]
     InvalidBatch(String),
     /// `--quantize` asked for a type Kiln cannot quantize to.
