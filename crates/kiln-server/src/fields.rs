@@ -598,6 +598,13 @@ pub const FIELDS: &[Field] = &[
         "4",
         "llama-server's name for `max_tokens` (−1: no limit; default: until end of generation)",
     ),
+    f(
+        "n_indent",
+        Infill,
+        Honoured,
+        "4",
+        "llama-server's: stop at the first new line indented by fewer spaces/tabs, cutting it (not with `stream`)",
+    ),
     // Embeddings (`/v1/embeddings`, and llama-server's `/embedding`).
     f(
         "model",

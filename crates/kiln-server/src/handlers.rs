@@ -538,10 +538,12 @@ pub(crate) async fn respond(
     // Submitted all or none: an error drops (cancels) the handles already made.
     let mut choices = Vec::with_capacity(requests.len());
     for (index, first_of_prompt, r) in requests {
+        let prompt_tokens = r.prompt.len();
         let handle = b.engine.submit(r)?;
         choices.push(Choice {
             index,
             counts_prompt: first_of_prompt,
+            prompt_tokens,
             handle,
         });
     }
@@ -573,6 +575,8 @@ struct Collected {
 async fn collect_one(ctx: &StreamCtx, c: Choice) -> Result<Collected, ApiError> {
     let mut text = String::new();
     let mut out = stream::ChoiceOut::default();
+    let mut indent = (ctx.n_indent > 0).then(|| crate::infill::IndentLimit::new(ctx.n_indent));
+    let mut generated = 0;
     loop {
         match c.handle.recv_async().await {
             Some(Event::Token {
@@ -585,6 +589,25 @@ async fn collect_one(ctx: &StreamCtx, c: Choice) -> Result<Collected, ApiError> 
                 match &ctx.output {
                     Some(spec) => text.push_str(spec.token_text(id, &piece)),
                     None => text.push_str(&piece),
+                }
+                generated += 1;
+                if let Some(limit) = &mut indent
+                    && limit.stops(&mut text, &piece)
+                {
+                    // Cut short as llama-server's "limit" stop; dropping the handle on
+                    // return cancels the rest of the generation.
+                    return Ok(Collected {
+                        index: c.index,
+                        text,
+                        finish: FinishReason::Length,
+                        out,
+                        usage: kiln_engine::Usage {
+                            prompt_tokens: c.prompt_tokens,
+                            completion_tokens: generated,
+                            cached_tokens: 0,
+                        },
+                        counts_prompt: c.counts_prompt,
+                    });
                 }
             }
             Some(Event::Done { finish, usage, .. }) => {

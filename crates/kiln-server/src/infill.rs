@@ -57,6 +57,59 @@ struct InfillRequest {
     prompt: Option<String>,
     #[serde(default)]
     n_predict: Option<i64>,
+    #[serde(default)]
+    n_indent: Option<i64>,
+}
+
+/// llama-server's `n_indent`: once the text has a line break, each new line must start
+/// with at least `n` spaces or tabs; a line with less stops the generation and is cut
+/// (its leading whitespace kept), which ends a function body where the code returns to
+/// the outer level instead of running on into the suffix. Checked once per token, in
+/// llama-server's order: the line that starts at the last line break seen, then one more
+/// line break looked for.
+pub(crate) struct IndentLimit {
+    n: usize,
+    /// A line break has been generated (checked before this token's text counts).
+    has_new_line: bool,
+    /// Where the line being checked starts (0: none yet).
+    line_start: usize,
+}
+
+impl IndentLimit {
+    pub(crate) fn new(n: usize) -> IndentLimit {
+        IndentLimit {
+            n,
+            has_new_line: false,
+            line_start: 0,
+        }
+    }
+
+    /// After `piece` was appended to `text`: whether generation stops here (`text` is then
+    /// cut at the offending line's first non-blank character).
+    pub(crate) fn stops(&mut self, text: &mut String, piece: &str) -> bool {
+        let mut stop = false;
+        if self.has_new_line {
+            if self.line_start > 0 {
+                let bytes = text.as_bytes();
+                let mut pos = self.line_start;
+                while pos < bytes.len() && (bytes[pos] == b' ' || bytes[pos] == b'\t') {
+                    pos += 1;
+                }
+                if pos < bytes.len() && pos - self.line_start < self.n {
+                    // `pos` follows ASCII whitespace after a line break: a char boundary.
+                    text.truncate(pos);
+                    stop = true;
+                }
+            }
+            if let Some(i) = text.get(self.line_start..).and_then(|t| t.find('\n')) {
+                self.line_start += i + 1;
+            }
+        }
+        if piece.contains('\n') {
+            self.has_new_line = true;
+        }
+        stop
+    }
 }
 
 /// The text parts of a fill-in-the-middle prompt.
@@ -159,6 +212,22 @@ pub async fn infill(
                 Some("n_predict"),
             ));
         }
+        let n_indent = match req.n_indent {
+            None => 0,
+            Some(n) if n < 0 => {
+                return Err(ApiError::bad_request(
+                    format!("n_indent must be 0 or more (got {n})"),
+                    Some("n_indent"),
+                ));
+            }
+            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+        };
+        if n_indent > 0 && req.common.stream == Some(true) {
+            return Err(ApiError::bad_request(
+                "n_indent is supported without streaming only (text already sent cannot be cut)",
+                Some("n_indent"),
+            ));
+        }
         // llama-server's n_predict −1 is "no limit".
         let max_tokens = match req.n_predict {
             Some(-1) => None,
@@ -182,9 +251,49 @@ pub async fn infill(
             },
             "input_prefix",
         )?;
-        let ctx = StreamCtx::new(&state, Kind::Completion, false);
+        let mut ctx = StreamCtx::new(&state, Kind::Completion, false);
+        ctx.n_indent = n_indent;
         respond(&state, b, &p, vec![ids], ctx, "input_prefix").await
     }
     .await;
     finish(&state, r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::IndentLimit;
+
+    fn run(n: usize, pieces: &[&str]) -> (String, Option<usize>) {
+        let mut limit = IndentLimit::new(n);
+        let mut text = String::new();
+        for (i, piece) in pieces.iter().enumerate() {
+            text.push_str(piece);
+            if limit.stops(&mut text, piece) {
+                return (text, Some(i));
+            }
+        }
+        (text, None)
+    }
+
+    #[test]
+    fn a_line_back_at_the_outer_level_stops_and_is_cut() {
+        let (text, at) = run(
+            4,
+            &["    a = 1", "\n", "    b = 2", "\n\n", "if", " x:", "\n"],
+        );
+        assert_eq!(text, "    a = 1\n    b = 2\n");
+        assert_eq!(at, Some(4));
+    }
+
+    #[test]
+    fn indented_lines_and_the_first_line_never_stop() {
+        let (text, at) = run(
+            4,
+            &["x = 1", "\n", "    y", "\n", "\t\t\t\tz", "\n", "     w"],
+        );
+        assert_eq!(at, None, "{text:?}");
+        // A shallower line keeps its leading blanks when cut.
+        let (text, at) = run(4, &["    a", "\n", "  b", "\n", "  c"]);
+        assert_eq!((text.as_str(), at), ("    a\n  ", Some(3)));
+    }
 }

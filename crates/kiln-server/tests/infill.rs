@@ -1,8 +1,11 @@
-//! Fill-in-the-middle on Qwen2.5-Coder: `/infill` completes a function body between its
-//! signature and docstring (prefix) and its return and caller (suffix) so that the whole
-//! file runs under `python3` and passes its own check, greedy; streamed the same;
-//! `suffix` on `/v1/completions` builds the same prompt; `input_extra` files come before
-//! the prefix; a model without FIM tokens is a 400 naming them.
+//! Fill-in-the-middle on Qwen2.5-Coder, against llama-server's greedy answers to the same
+//! requests: with `n_indent` (as editor plugins send it) `/infill` gives llama-server's
+//! function body between a signature and docstring (prefix) and the rest of the file
+//! (suffix), and the whole file runs under `python3` and passes its own check; without it,
+//! the same text as llama-server's, which runs on into a copy of the suffix until the
+//! token limit; streamed the same; `suffix` on `/v1/completions` builds the same prompt;
+//! `input_extra` files come before the prefix; a model without FIM tokens is a 400 naming
+//! them.
 
 mod common;
 
@@ -55,10 +58,10 @@ fn text_of(body: &str) -> String {
 }
 
 /// Runs `source` with python3; its stdout.
-fn run_python(source: &str) -> (bool, String) {
-    let dir = std::env::temp_dir().join(format!("kiln-infill-{}", std::process::id()));
+fn run_python(name: &str, source: &str) -> (bool, String) {
+    let dir = std::env::temp_dir().join(format!("kiln-infill-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let file = dir.join("average.py");
+    let file = dir.join(format!("{name}.py"));
     std::fs::write(&file, source).expect("write");
     let out = Command::new("python3")
         .arg(&file)
@@ -75,18 +78,70 @@ fn run_python(source: &str) -> (bool, String) {
     )
 }
 
+/// llama-server's greedy `/infill` answers (llama.cpp b10573, the same GGUF) to requests
+/// with `n_indent: 4` and `n_predict: 64`: (name, prefix, suffix, content). Each stops at
+/// the first line back at the outer level ("limit", the line cut), so the middle is the
+/// function's body and `prefix + middle + suffix` runs.
+const LLAMA_SERVER_N_INDENT: &[(&str, &str, &str, &str)] = &[
+    (
+        "average",
+        PREFIX,
+        SUFFIX,
+        "    total = 0\n    for value in values:\n        total += value\n    return total / len(values)\n",
+    ),
+    (
+        "is_prime",
+        "def is_prime(n):\n    \"\"\"Return True when n is a prime number.\"\"\"\n    if n < 2:\n        return False\n",
+        "\n\n\nif __name__ == \"__main__\":\n    assert [k for k in range(20) if is_prime(k)] == [2, 3, 5, 7, 11, 13, 17, 19]\n    print(\"infill ok\")\n",
+        "    for i in range(2, int(n**0.5) + 1):\n        if n % i == 0:\n            return False\n    return True\n",
+    ),
+    (
+        "reverse_words",
+        "def reverse_words(sentence):\n    \"\"\"Return the words of sentence in reverse order, joined by single spaces.\"\"\"\n    words = sentence.split()\n",
+        "    return \" \".join(words)\n\n\nassert reverse_words(\"a b  c\") == \"c b a\"\nprint(\"infill ok\")\n",
+        "    return \" \".join(words[::-1])\n",
+    ),
+];
+
+/// llama-server's greedy `/infill` answer to PREFIX/SUFFIX with `n_predict: 64` and no
+/// `n_indent`: the body, then the model runs on into a copy of the suffix until the limit
+/// (there is no end-of-generation token before it), as Kiln's does.
+const LLAMA_SERVER_64: &str = "    total = 0\n    for value in values:\n        total += value\n    return total / len(values)\n\nif __name__ == \"__main__\":\n    assert average([1, 2, 3, 4]) == 2.5\n    assert average([5]) == 5\n   ";
+
 #[test]
-fn infill_completes_a_function_body_that_makes_the_file_run_and_pass_its_check() {
+fn infill_with_n_indent_gives_llama_servers_body_and_the_file_runs_and_passes_its_check() {
     let addr = start_qwen();
-    let req = json!({"input_prefix": PREFIX, "input_suffix": SUFFIX, "temperature": 0,
-                     "max_tokens": 64});
-    let (status, body) = post(addr, "/infill", &req);
+    for &(name, prefix, suffix, want) in LLAMA_SERVER_N_INDENT {
+        let req = json!({"input_prefix": prefix, "input_suffix": suffix, "temperature": 0,
+                         "n_predict": 64, "n_indent": 4});
+        let (status, body) = post(addr, "/infill", &req);
+        assert_eq!(status, 200, "{name}: {body}");
+        let v: Value = serde_json::from_str(&body).expect("json");
+        let middle = text_of(&body);
+        println!("{name}: infill middle {middle:?}");
+        assert_eq!(middle, want, "{name}: llama-server's middle");
+        assert_eq!(v["choices"][0]["finish_reason"], "length", "{name}: {body}");
+        let source = format!("{prefix}{middle}{suffix}");
+        let (ok, out) = run_python(name, &source);
+        assert!(ok && out.contains("infill ok"), "{source}\n---\n{out}");
+    }
+}
+
+#[test]
+fn without_n_indent_infill_suffix_and_streaming_give_llama_servers_runaway_text() {
+    let addr = start_qwen();
+    let (status, body) = post(
+        addr,
+        "/infill",
+        &json!({"input_prefix": PREFIX, "input_suffix": SUFFIX, "temperature": 0,
+                "n_predict": 64}),
+    );
     assert_eq!(status, 200, "{body}");
     let middle = text_of(&body);
-    println!("infill middle: {middle:?}");
-    let source = format!("{PREFIX}{middle}{SUFFIX}");
-    let (ok, out) = run_python(&source);
-    assert!(ok && out.contains("infill ok"), "{source}\n---\n{out}");
+    assert_eq!(middle, LLAMA_SERVER_64);
+    let v: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    assert_eq!(v["usage"]["completion_tokens"], 64);
 
     // `suffix` on /v1/completions: the same prompt, so the same greedy middle.
     let (status, body) = post(
@@ -119,6 +174,17 @@ fn infill_completes_a_function_body_that_makes_the_file_run_and_pass_its_check()
         })
         .collect();
     assert_eq!(streamed, middle);
+
+    // n_indent cuts text, which a stream has already sent: refused there.
+    let (status, body) = post(
+        addr,
+        "/infill",
+        &json!({"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_indent": 4,
+                "stream": true}),
+    );
+    assert_eq!(status, 400, "{body}");
+    let v: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(v["error"]["param"], "n_indent", "{body}");
 }
 
 #[test]
