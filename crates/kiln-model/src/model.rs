@@ -541,7 +541,9 @@ impl Session {
     /// [`Session::forward`] does, and returns every token's final hidden state instead of
     /// logits: after the output norm, before the output projection (what llama.cpp returns
     /// as a generative model's embeddings), `tokens.len() × n_embd` values, token-major.
-    /// Pool them with [`Pooling::pool`].
+    /// `tokens` is a whole prompt: its attention runs in the arithmetic llama.cpp picks for
+    /// a prompt of that length ([`PROMPT_ATTENTION_MIN_ROWS`]). Pool them with
+    /// [`Pooling::pool`].
     pub fn hidden_states(&mut self, tokens: &[u32]) -> Result<&[f32], ModelError> {
         let model = Arc::clone(&self.model);
         let cfg = model.config();
@@ -566,9 +568,10 @@ impl Session {
                 seq: self.seq,
                 tokens: chunk,
                 logits: false,
-                // A whole sequence, never decoded on: every row in the prompt arithmetic
-                // (f32 query and accumulator), however short.
-                prompt_rows: chunk.len(),
+                // The attention arithmetic llama.cpp gives a prompt of this length: the
+                // one-row arithmetic (f16 query and accumulator) under
+                // PROMPT_ATTENTION_MIN_ROWS tokens, as llama-server embeds a short input.
+                prompt_rows: BatchSeq::prompt_rows_of(done, chunk.len(), tokens.len()),
             };
             self.forward_rows(&[row], OutRows::HiddenFrom(done), true)?;
             done += chunk.len();
