@@ -78,40 +78,41 @@ fn run_python(name: &str, source: &str) -> (bool, String) {
     )
 }
 
-/// llama-server's greedy `/infill` answers (llama.cpp b10573, the same GGUF) to requests
-/// with `n_indent: 4` and `n_predict: 64`: (name, prefix, suffix, content). Each stops at
-/// the first line back at the outer level ("limit", the line cut), so the middle is the
-/// function's body and `prefix + middle + suffix` runs.
-const LLAMA_SERVER_N_INDENT: &[(&str, &str, &str, &str)] = &[
+/// llama-server's greedy `/infill` answers (llama.cpp b10573, the same GGUF, `-c 4096`,
+/// `"cache_prompt": false`) to requests with `n_indent: 4` and `n_predict: 64`: (name,
+/// prefix, suffix, prompt tokens, content). Each stops at the first line back at the outer
+/// level ("limit", the line cut), so the middle is the function's body and
+/// `prefix + middle + suffix` runs. llama-server keeps the repository-level header
+/// (`<|repo_name|>myproject`, `<|file_sep|>filename`) only while the context exceeds its
+/// batch size plus twice `n_predict` (`-c 2048` with the default `-b 2048` drops it and
+/// answers differently); Kiln always sends it, so the prompt token counts are equal.
+const LLAMA_SERVER_N_INDENT: &[(&str, &str, &str, u64, &str)] = &[
     (
         "average",
         PREFIX,
         SUFFIX,
+        81,
         "    total = 0\n    for value in values:\n        total += value\n    return total / len(values)\n",
     ),
     (
         "is_prime",
         "def is_prime(n):\n    \"\"\"Return True when n is a prime number.\"\"\"\n    if n < 2:\n        return False\n",
         "\n\n\nif __name__ == \"__main__\":\n    assert [k for k in range(20) if is_prime(k)] == [2, 3, 5, 7, 11, 13, 17, 19]\n    print(\"infill ok\")\n",
+        99,
         "    for i in range(2, int(n**0.5) + 1):\n        if n % i == 0:\n            return False\n    return True\n",
-    ),
-    (
-        "reverse_words",
-        "def reverse_words(sentence):\n    \"\"\"Return the words of sentence in reverse order, joined by single spaces.\"\"\"\n    words = sentence.split()\n",
-        "    return \" \".join(words)\n\n\nassert reverse_words(\"a b  c\") == \"c b a\"\nprint(\"infill ok\")\n",
-        "    return \" \".join(words[::-1])\n",
     ),
 ];
 
 /// llama-server's greedy `/infill` answer to PREFIX/SUFFIX with `n_predict: 64` and no
-/// `n_indent`: the body, then the model runs on into a copy of the suffix until the limit
-/// (there is no end-of-generation token before it), as Kiln's does.
-const LLAMA_SERVER_64: &str = "    total = 0\n    for value in values:\n        total += value\n    return total / len(values)\n\nif __name__ == \"__main__\":\n    assert average([1, 2, 3, 4]) == 2.5\n    assert average([5]) == 5\n   ";
+/// `n_indent` (same server and settings as above, 81 prompt tokens): the body, then the
+/// model runs on into a copy of the suffix until the limit (there is no end-of-generation
+/// token before it), as Kiln's does.
+const LLAMA_SERVER_64: &str = "    total = 0\n    for value in values:\n        total += value\n    return total / len(values)\n\n\nif __name__ == \"__main__\":\n    assert average([1, 2, 3, 4]) == 2.5\n    assert average([5]) == 5\n   ";
 
 #[test]
 fn infill_with_n_indent_gives_llama_servers_body_and_the_file_runs_and_passes_its_check() {
     let addr = start_qwen();
-    for &(name, prefix, suffix, want) in LLAMA_SERVER_N_INDENT {
+    for &(name, prefix, suffix, prompt_tokens, want) in LLAMA_SERVER_N_INDENT {
         let req = json!({"input_prefix": prefix, "input_suffix": suffix, "temperature": 0,
                          "n_predict": 64, "n_indent": 4});
         let (status, body) = post(addr, "/infill", &req);
@@ -121,6 +122,10 @@ fn infill_with_n_indent_gives_llama_servers_body_and_the_file_runs_and_passes_it
         println!("{name}: infill middle {middle:?}");
         assert_eq!(middle, want, "{name}: llama-server's middle");
         assert_eq!(v["choices"][0]["finish_reason"], "length", "{name}: {body}");
+        assert_eq!(
+            v["usage"]["prompt_tokens"], prompt_tokens,
+            "{name}: llama-server's prompt"
+        );
         let source = format!("{prefix}{middle}{suffix}");
         let (ok, out) = run_python(name, &source);
         assert!(ok && out.contains("infill ok"), "{source}\n---\n{out}");
@@ -142,6 +147,10 @@ fn without_n_indent_infill_suffix_and_streaming_give_llama_servers_runaway_text(
     let v: Value = serde_json::from_str(&body).expect("json");
     assert_eq!(v["choices"][0]["finish_reason"], "length");
     assert_eq!(v["usage"]["completion_tokens"], 64);
+    assert_eq!(
+        v["usage"]["prompt_tokens"], 81,
+        "llama-server's prompt length"
+    );
 
     // `suffix` on /v1/completions: the same prompt, so the same greedy middle.
     let (status, body) = post(
