@@ -102,25 +102,23 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
 /// The bar: cosine similarity with llama.cpp's vector.
 const BAR: f64 = 0.999;
 
-/// The vectors on which llama.cpp does not meet [`BAR`] against itself: its cosine
-/// similarity between flash attention on (the reference) and off, the same build, prompt
-/// and command (`-fa on` / `-fa off`). Gemma-3's last-token states move this much between
-/// llama.cpp's two attention paths; such a vector is held to llama.cpp's own agreement
-/// instead of [`BAR`]. (model, pooling, prompt index, llama.cpp on vs off.)
-const LLAMA_CPP_SELF_AGREEMENT: &[(&str, &str, usize, f64)] = &[
-    ("gemma3-270m", "last", 0, 0.99868),
-    ("gemma3-270m", "last", 1, 0.99598),
-    ("gemma3-270m", "last", 2, 0.99567),
-    ("gemma3-270m", "last", 5, 0.99816),
-];
+/// The model and pooling pairs on which llama.cpp does not meet [`BAR`] against itself,
+/// with its noise floor there: the lowest cosine similarity, over the six prompts, between
+/// two of llama.cpp's own vectors for the same prompt and build — flash attention on (the
+/// reference) against off, and the prompt alone against the same prompt in the batch of
+/// all six (the table in `fixtures/embeddings/README.md`). Gemma-3's last-token states
+/// move this much between llama.cpp's attention paths (lowest: prompt 2 alone vs batched,
+/// 0.99425; on vs off there 0.99567); such vectors are held to that floor, the others to
+/// [`BAR`].
+const LLAMA_CPP_NOISE_FLOOR: &[(&str, &str, f64)] = &[("gemma3-270m", "last", 0.99425)];
 
 /// The least cosine similarity a vector must have with llama.cpp's: [`BAR`], or
-/// llama.cpp's own agreement across its attention paths where that is lower.
-fn bar(model: &str, pooling: &str, prompt: usize) -> f64 {
-    LLAMA_CPP_SELF_AGREEMENT
+/// llama.cpp's own noise floor for the model and pooling where that is lower.
+fn bar(model: &str, pooling: &str) -> f64 {
+    LLAMA_CPP_NOISE_FLOOR
         .iter()
-        .find(|&&(m, p, i, _)| m == model && p == pooling && i == prompt)
-        .map_or(BAR, |&(_, _, _, own)| own.min(BAR))
+        .find(|&&(m, p, _)| m == model && p == pooling)
+        .map_or(BAR, |&(_, _, own)| own.min(BAR))
 }
 
 fn vector(v: &Value) -> Vec<f32> {
@@ -156,7 +154,7 @@ fn pooled_embeddings_match_llama_cpp_on_every_prompt_of_the_three_models() {
                 assert_eq!(got.len(), dim, "{model}");
                 let cos = cosine(&got, want);
                 println!("{model} {} prompt {i}: cosine {cos:.6}", pooling.name());
-                let bar = bar(model, pooling.name(), i);
+                let bar = bar(model, pooling.name());
                 if cos < bar {
                     below.push(format!(
                         "{model} {} prompt {i} ({:?}): cosine {cos} with llama.cpp, bar {bar}",
