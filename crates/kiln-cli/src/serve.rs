@@ -115,6 +115,11 @@ pub struct ServeArgs {
     /// Another name requests may use in `model` (repeatable).
     #[arg(long = "alias", value_name = "NAME")]
     aliases: Vec<String>,
+    /// How embeddings pool a sequence's hidden states: mean, cls, last, or none (one vector
+    /// per token; /v1/embeddings then answers 400). Default: as the model file declares
+    /// (`<arch>.pooling_type`), else none, as llama-server.
+    #[arg(long, value_name = "POOLING", value_parser = parse_pooling)]
+    pooling: Option<kiln_model::Pooling>,
     /// Ignore unknown request fields (with a warning on stderr) instead of answering 400
     /// "Unrecognized request argument supplied".
     #[arg(long)]
@@ -343,6 +348,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         tls,
         shutdown_delay: Duration::from_secs_f64(args.shutdown_delay),
         metrics_compat: args.metrics_compat,
+        pooling: args.pooling,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -465,4 +471,9 @@ fn kv_event_encoding(v: &str) -> Result<kiln_server::kv_events::KvEventEncoding,
             "{v:?} is not a KV-event format (supported: array, map)"
         )),
     }
+}
+
+/// `--pooling`: a pooling name (`none`, `mean`, `cls`, `last`).
+fn parse_pooling(name: &str) -> Result<kiln_model::Pooling, String> {
+    kiln_model::Pooling::parse(name).map_err(|e| e.to_string())
 }

@@ -15,6 +15,8 @@ use crate::{EngineConfig, EngineError, EngineMetrics, Event, KvEventBatch, Reque
 /// Stops the scheduler when the last [`Engine`] clone goes away.
 struct Owner {
     shared: Arc<Shared>,
+    /// The model the scheduler's session evaluates (shared, read-only).
+    model: Arc<Model>,
 }
 
 impl Drop for Owner {
@@ -91,7 +93,7 @@ impl Engine {
             })?;
         *lock(&shared.thread) = Some(thread);
         Ok(Engine {
-            owner: Arc::new(Owner { shared }),
+            owner: Arc::new(Owner { shared, model }),
         })
     }
 
@@ -172,6 +174,12 @@ impl Engine {
     /// them; `None` otherwise. Receivers share one queue: each batch goes to one of them.
     pub fn kv_events(&self) -> Option<flume::Receiver<KvEventBatch>> {
         self.shared().kv_events.as_ref().map(|(_, rx)| rx.clone())
+    }
+
+    /// The model the engine serves, for work outside the scheduler that needs no KV cache
+    /// of its own beyond one request (embeddings evaluate in a session of their own).
+    pub fn model(&self) -> &Arc<Model> {
+        &self.owner.model
     }
 
     /// The settings the engine runs with.

@@ -57,6 +57,13 @@ pub enum ModelError {
     /// A token id outside the vocabulary.
     #[error("token id {id} is outside the vocabulary of {vocab} tokens")]
     TokenOutOfRange { id: u32, vocab: usize },
+    /// An embedding pooling Kiln does not have (by name, or a model file's
+    /// `<arch>.pooling_type`).
+    #[error("pooling '{pooling}' is not supported; supported: {}", supported.join(", "))]
+    UnsupportedPooling {
+        pooling: String,
+        supported: &'static [&'static str],
+    },
     /// A batched pass the session cannot run (too many tokens, a sequence twice, an
     /// empty row).
     #[error("invalid batch: {0}")]

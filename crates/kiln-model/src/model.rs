@@ -14,6 +14,7 @@ use crate::blocks::{
 };
 use crate::kv::{KvOptions, MemoryPlan};
 use crate::moe::MoeScratch;
+use crate::pooling::Pooling;
 use crate::spec::{DenseFfn, FfnSpec, LayerSpec, ModelSpec};
 use crate::trace::{TracePoint, TraceSink, Tracer};
 use crate::weights::{LoadOptions, SourceKind, Weight, WeightStore};
@@ -24,6 +25,8 @@ use kiln_kv::{KvCache, SeqId};
 pub struct Model {
     store: WeightStore,
     spec: ModelSpec,
+    /// The pooling the file declares for embeddings (`<arch>.pooling_type`), if any.
+    pooling: Option<Pooling>,
 }
 
 /// Which logits a forward pass returns.
@@ -81,6 +84,9 @@ enum OutRows {
     AllFrom(usize),
     /// Every token of every row that asks for logits, packed in row order from 0.
     AllOfRows,
+    /// No logits: every token's final hidden state (after the output norm) into
+    /// `hidden[r * n_embd..]` (one row only).
+    HiddenFrom(usize),
 }
 
 impl Model {
@@ -114,7 +120,12 @@ impl Model {
             None => unreachable!("a GGUF store has its file"),
         };
         let spec = crate::arch::build(md.metadata(), &store)?;
-        Ok(Model { store, spec })
+        let pooling = Pooling::declared(md.metadata())?;
+        Ok(Model {
+            store,
+            spec,
+            pooling,
+        })
     }
 
     /// Loads a Hugging Face model directory: `config.json` (architecture and
@@ -129,12 +140,28 @@ impl Model {
         hf.check_tensors(&set)?;
         let store = WeightStore::safetensors(set, hf.names, hf.extra, *options);
         let spec = crate::arch::build(&hf.metadata, &store)?;
-        Ok(Model { store, spec })
+        let pooling = Pooling::declared(&hf.metadata)?;
+        Ok(Model {
+            store,
+            spec,
+            pooling,
+        })
     }
 
     /// The model's hyper-parameters.
     pub fn config(&self) -> &ModelConfig {
         &self.spec.cfg
+    }
+
+    /// The pooling the model file declares for embeddings (`<arch>.pooling_type`), `None`
+    /// when it declares none (a generative model: llama.cpp then pools nothing).
+    pub fn declared_pooling(&self) -> Option<Pooling> {
+        self.pooling
+    }
+
+    /// The length of one hidden state (and of a pooled embedding).
+    pub fn embedding_len(&self) -> usize {
+        self.spec.cfg.n_embd
     }
 
     /// The GGUF file the weights live in, for a model loaded from GGUF.
@@ -267,6 +294,8 @@ struct Scratch {
     attn: AttnScratch,
     rope: Vec<f32>,
     logits: Vec<f32>,
+    /// Final hidden states for [`Session::hidden_states`] (empty until it is called).
+    hidden: Vec<f32>,
     mm: MatmulScratch,
     /// The mixture-of-experts block's buffers (empty for a dense model).
     moe: MoeScratch,
@@ -312,6 +341,7 @@ impl Session {
             attn: AttnScratch::new(cfg, n_batch, kv.block_size, kv.k_type, kv.v_type),
             rope: vec![0.0; n_batch * cfg.n_rot],
             logits: vec![0.0; cfg.vocab_size],
+            hidden: Vec::new(),
             mm: MatmulScratch::default(),
             moe: MoeScratch::default(),
             starts: Vec::with_capacity(n_batch),
@@ -505,6 +535,48 @@ impl Session {
             Logits::Last => &self.s.logits[..vocab],
             Logits::All => &self.s.logits[..tokens.len() * vocab],
         })
+    }
+
+    /// Evaluates `tokens` at the next positions of the current sequence, as
+    /// [`Session::forward`] does, and returns every token's final hidden state instead of
+    /// logits: after the output norm, before the output projection (what llama.cpp returns
+    /// as a generative model's embeddings), `tokens.len() × n_embd` values, token-major.
+    /// `tokens` is a whole prompt: its attention runs in the arithmetic llama.cpp picks for
+    /// a prompt of that length ([`PROMPT_ATTENTION_MIN_ROWS`]). Pool them with
+    /// [`Pooling::pool`].
+    pub fn hidden_states(&mut self, tokens: &[u32]) -> Result<&[f32], ModelError> {
+        let model = Arc::clone(&self.model);
+        let cfg = model.config();
+        let needed = self.kv.len(self.seq)? + tokens.len();
+        if needed > self.n_ctx {
+            return Err(ModelError::ContextOverflow {
+                needed,
+                n_ctx: self.n_ctx,
+            });
+        }
+        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
+            return Err(ModelError::TokenOutOfRange {
+                id,
+                vocab: cfg.vocab_size,
+            });
+        }
+        let d = cfg.n_embd;
+        self.s.hidden.resize(tokens.len() * d, 0.0);
+        let mut done = 0;
+        for chunk in tokens.chunks(self.n_batch) {
+            let row = BatchSeq {
+                seq: self.seq,
+                tokens: chunk,
+                logits: false,
+                // The attention arithmetic llama.cpp gives a prompt of this length: the
+                // one-row arithmetic (f16 query and accumulator) under
+                // PROMPT_ATTENTION_MIN_ROWS tokens, as llama-server embeds a short input.
+                prompt_rows: BatchSeq::prompt_rows_of(done, chunk.len(), tokens.len()),
+            };
+            self.forward_rows(&[row], OutRows::HiddenFrom(done), true)?;
+            done += chunk.len();
+        }
+        Ok(&self.s.hidden[..tokens.len() * d])
     }
 
     /// Evaluates several sequences in one pass over the weights: every row's tokens take
@@ -1081,6 +1153,12 @@ impl Pass<'_> {
         let output = self.store.view(&spec.output)?;
         let produced = match out {
             OutRows::Skip => return Ok(()),
+            OutRows::HiddenFrom(r) => {
+                self.norm_rows(&spec.output_norm);
+                let s = &mut *self.s;
+                s.hidden[r * d..(r + n) * d].copy_from_slice(&s.h[..n * d]);
+                return Ok(());
+            }
             OutRows::LastOfRows => {
                 // The last token of each row that asks, packed.
                 let mut k = 0;

@@ -1,12 +1,13 @@
-//! Every request field of `/v1/completions` and `/v1/chat/completions` ([`FIELDS`]), and of
-//! Anthropic's `/v1/messages` and `/v1/messages/count_tokens` ([`ANTHROPIC_FIELDS`]): what
-//! Kiln does with it (honoured, accepted as a no-op, or refused) and an example value. The
-//! lists decide which fields are known (anything else is a 400: OpenAI's "Unrecognized
-//! request argument supplied", Anthropic's "Extra inputs are not permitted"; or a warning
-//! under `--lenient-params`), which are refused, and they are the tables in
-//! `docs/serving.md` ([`markdown_table`], [`anthropic_markdown_table`]; a test checks the
-//! copies are equal). Adding a field: one row here, its parsing in `wire.rs` (or
-//! `anthropic.rs`), its effect in `params.rs` or the handler.
+//! Every request field of `/v1/completions`, `/v1/chat/completions`, `/infill` and the
+//! embeddings endpoints ([`FIELDS`]), and of Anthropic's `/v1/messages` and
+//! `/v1/messages/count_tokens` ([`ANTHROPIC_FIELDS`]): what Kiln does with it (honoured,
+//! accepted as a no-op, or refused) and an example value. The lists decide which fields are
+//! known (anything else is a 400: OpenAI's "Unrecognized request argument supplied",
+//! Anthropic's "Extra inputs are not permitted"; or a warning under `--lenient-params`),
+//! which are refused, and they are the tables in `docs/serving.md` ([`markdown_table`],
+//! [`anthropic_markdown_table`]; a test checks the copies are equal). Adding a field: one
+//! row here, its parsing in `wire.rs` (or `anthropic.rs`), its effect in `params.rs` or the
+//! handler.
 
 use serde_json::{Map, Value};
 
@@ -17,6 +18,10 @@ use crate::error::ApiError;
 pub enum Endpoint {
     Completions,
     Chat,
+    /// `/v1/embeddings` and `/embedding`.
+    Embeddings,
+    /// llama-server's `/infill`.
+    Infill,
     /// Anthropic's `POST /v1/messages`.
     Messages,
     /// Anthropic's `POST /v1/messages/count_tokens`.
@@ -33,10 +38,12 @@ impl Endpoint {
 /// Where a field is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum On {
-    /// Both OpenAI endpoints.
+    /// Every generation endpoint of OpenAI's API: completions, chat (and `/infill`).
     Both,
     Completions,
     Chat,
+    Embeddings,
+    Infill,
     /// `/v1/messages` only.
     Messages,
     /// `/v1/messages` and `/v1/messages/count_tokens`.
@@ -47,9 +54,13 @@ impl On {
     fn includes(self, e: Endpoint) -> bool {
         matches!(
             (self, e),
-            (On::Both, Endpoint::Completions | Endpoint::Chat)
-                | (On::Completions, Endpoint::Completions)
+            (
+                On::Both,
+                Endpoint::Completions | Endpoint::Chat | Endpoint::Infill
+            ) | (On::Completions, Endpoint::Completions)
                 | (On::Chat, Endpoint::Chat)
+                | (On::Embeddings, Endpoint::Embeddings)
+                | (On::Infill, Endpoint::Infill)
                 | (On::Messages, Endpoint::Messages)
                 | (On::Anthropic, Endpoint::Messages | Endpoint::CountTokens)
         )
@@ -60,6 +71,8 @@ impl On {
             On::Both => "both",
             On::Completions => "completions",
             On::Chat => "chat",
+            On::Embeddings => "embeddings",
+            On::Infill => "infill",
             On::Messages => "messages",
             On::Anthropic => "messages, count_tokens",
         }
@@ -115,7 +128,7 @@ const fn f(
     }
 }
 
-use On::{Anthropic, Both, Chat, Completions, Messages};
+use On::{Anthropic, Both, Chat, Completions, Embeddings, Infill, Messages};
 use Status::{Honoured, NoOp, Refused};
 
 /// Every field both endpoints know, OpenAI's first, then the llama.cpp / vLLM extensions.
@@ -233,9 +246,9 @@ pub const FIELDS: &[Field] = &[
     f(
         "suffix",
         Completions,
-        Refused,
+        Honoured,
         r#""\n}""#,
-        "fill-in-the-middle is not supported (an empty string is accepted)",
+        "fill in the middle: the text after the completion, `prompt` the text before (strings only; a model without FIM tokens: 400; empty: a plain completion)",
     ),
     // OpenAI, chat.
     f(
@@ -549,6 +562,99 @@ pub const FIELDS: &[Field] = &[
         "false",
         "reasoning is always included (`true` is accepted)",
     ),
+    // llama-server's `/infill` (and every generation field of "both").
+    f(
+        "input_prefix",
+        Infill,
+        Honoured,
+        r#""def f():\n""#,
+        "the code before the cursor (required)",
+    ),
+    f(
+        "input_suffix",
+        Infill,
+        Honoured,
+        r#""\n""#,
+        "the code after the cursor (required)",
+    ),
+    f(
+        "input_extra",
+        Infill,
+        Honoured,
+        r#"[{"filename":"util.py","text":"X = 1\n"}]"#,
+        "other files as context, `[{\"filename\", \"text\"}]`, before the prefix (repository-level FIM)",
+    ),
+    f(
+        "prompt",
+        Infill,
+        Honoured,
+        r#""    ""#,
+        "text after the prefix that the completion continues from (a string)",
+    ),
+    f(
+        "n_predict",
+        Infill,
+        Honoured,
+        "4",
+        "llama-server's name for `max_tokens` (−1: no limit; default: until end of generation)",
+    ),
+    f(
+        "n_indent",
+        Infill,
+        Honoured,
+        "4",
+        "llama-server's: stop at the first new line indented by fewer spaces/tabs, cutting it (not with `stream`)",
+    ),
+    // Embeddings (`/v1/embeddings`, and llama-server's `/embedding`).
+    f(
+        "model",
+        Embeddings,
+        Honoured,
+        r#""smollm2-135m""#,
+        "the served id or an alias; absent: the served model; else 404",
+    ),
+    f(
+        "input",
+        Embeddings,
+        Honoured,
+        r#"["Hello","world"]"#,
+        "string, strings, token ids, or lists of token ids; one embedding each (special tokens added as the model says)",
+    ),
+    f(
+        "content",
+        Embeddings,
+        Honoured,
+        r#""Hello""#,
+        "llama-server's name for `input`",
+    ),
+    f(
+        "encoding_format",
+        Embeddings,
+        Honoured,
+        r#""base64""#,
+        "`float` (default) or `base64` (little-endian f32)",
+    ),
+    f(
+        "dimensions",
+        Embeddings,
+        Honoured,
+        "576",
+        "must equal the model's embedding length (reducing it is not supported: 400)",
+    ),
+    f(
+        "user",
+        Embeddings,
+        NoOp,
+        r#""someone""#,
+        "an end-user id; nothing is stored",
+    ),
+    f(
+        "embd_normalize",
+        Embeddings,
+        Honoured,
+        "2",
+        "llama.cpp's: −1 none, 0 int16 range, 1 taxicab, 2 Euclidean (default), p > 2 p-norm; pooled vectors only",
+    ),
 ];
 
 /// Every field of Anthropic's Messages API (`/v1/messages` and its `count_tokens`).
@@ -718,7 +824,6 @@ fn accepted_anyway(name: &str, v: &Value, obj: &Map<String, Value>) -> bool {
     match name {
         "echo" => v == &Value::Bool(false),
         "best_of" => v.as_i64() == Some(obj.get("n").and_then(Value::as_i64).unwrap_or(1)),
-        "suffix" => v.as_str() == Some(""),
         "functions" => v.as_array().is_some_and(Vec::is_empty),
         "function_call" => v.as_str() == Some("none"),
         "modalities" => v.as_array().is_some_and(|a| a.iter().all(|m| m == "text")),
@@ -821,6 +926,8 @@ mod tests {
         for e in [
             Endpoint::Completions,
             Endpoint::Chat,
+            Endpoint::Embeddings,
+            Endpoint::Infill,
             Endpoint::Messages,
             Endpoint::CountTokens,
         ] {

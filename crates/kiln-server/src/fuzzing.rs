@@ -52,6 +52,12 @@ pub fn parse_request(
                 crate::anthropic::parse_for_fuzzing(endpoint, body, tokenizer, template, limits)?;
             (p, vec![prompt], "messages")
         }
+        Endpoint::Embeddings | Endpoint::Infill => {
+            return Err(ApiError::bad_request(
+                "parse_request takes /v1/completions or /v1/chat/completions",
+                None,
+            ));
+        }
     };
     let mut requests = Vec::new();
     for prompt in prompts {

@@ -83,7 +83,7 @@ pub(crate) fn check_model(b: &Backend, model: Option<&str>) -> Result<(), ApiErr
 }
 
 /// Counts the answer's class and turns it into a response (OpenAI's error shape).
-fn finish(state: &AppState, r: Result<Response, ApiError>) -> Response {
+pub(crate) fn finish(state: &AppState, r: Result<Response, ApiError>) -> Response {
     finish_as(state, r, IntoResponse::into_response)
 }
 
@@ -134,7 +134,7 @@ pub(crate) fn prepare_completion(
     tokenizer: &Tokenizer,
     limits: &ServerConfig,
 ) -> Result<Prepared<Vec<Vec<u32>>>, ApiError> {
-    // `echo`, `suffix` and `best_of` asking for something were refused by the field list.
+    // `echo` and `best_of` asking for something were refused by the field list.
     let logprobs = match req.logprobs {
         None => None,
         Some(k) if k >= 0 => Some(k as usize),
@@ -159,7 +159,37 @@ pub(crate) fn prepare_completion(
     let prompt = req
         .prompt
         .ok_or_else(|| ApiError::bad_request("prompt is required", Some("prompt")))?;
-    let prompts = completion_prompts(tokenizer, prompt)?;
+    let prompts = match req.suffix.as_deref() {
+        // Fill in the middle: each prompt is a prefix (text only).
+        Some(suffix) if !suffix.is_empty() => {
+            let texts = match prompt {
+                Prompt::Text(t) => vec![t],
+                Prompt::Texts(ts) => ts,
+                Prompt::Tokens(_) | Prompt::TokenLists(_) => {
+                    return Err(ApiError::bad_request(
+                        "with suffix, prompt must be text (a string or strings), not token ids",
+                        Some("prompt"),
+                    ));
+                }
+            };
+            if texts.is_empty() {
+                return Err(ApiError::bad_request("prompt is empty", Some("prompt")));
+            }
+            texts
+                .iter()
+                .map(|prefix| {
+                    let input = crate::infill::FimInput {
+                        prefix,
+                        suffix,
+                        extra: &[],
+                        prompt: "",
+                    };
+                    crate::infill::fim_prompt(tokenizer, &input, "suffix")
+                })
+                .collect::<Result<Vec<_>, _>>()?
+        }
+        _ => completion_prompts(tokenizer, prompt)?,
+    };
     if prompts.len().saturating_mul(p.n) > limits.max_n {
         return Err(ApiError::bad_request(
             format!(
@@ -494,7 +524,7 @@ pub async fn chat_render(
 }
 
 /// Submits every choice and answers: a stream, or one body once all are done.
-async fn respond(
+pub(crate) async fn respond(
     state: &AppState,
     b: &Backend,
     p: &Params,
@@ -508,10 +538,12 @@ async fn respond(
     // Submitted all or none: an error drops (cancels) the handles already made.
     let mut choices = Vec::with_capacity(requests.len());
     for (index, first_of_prompt, r) in requests {
+        let prompt_tokens = r.prompt.len();
         let handle = b.engine.submit(r)?;
         choices.push(Choice {
             index,
             counts_prompt: first_of_prompt,
+            prompt_tokens,
             handle,
         });
     }
@@ -543,6 +575,8 @@ struct Collected {
 async fn collect_one(ctx: &StreamCtx, c: Choice) -> Result<Collected, ApiError> {
     let mut text = String::new();
     let mut out = stream::ChoiceOut::default();
+    let mut indent = (ctx.n_indent > 0).then(|| crate::infill::IndentLimit::new(ctx.n_indent));
+    let mut generated = 0;
     loop {
         match c.handle.recv_async().await {
             Some(Event::Token {
@@ -555,6 +589,25 @@ async fn collect_one(ctx: &StreamCtx, c: Choice) -> Result<Collected, ApiError> 
                 match &ctx.output {
                     Some(spec) => text.push_str(spec.token_text(id, &piece)),
                     None => text.push_str(&piece),
+                }
+                generated += 1;
+                if let Some(limit) = &mut indent
+                    && limit.stops(&mut text, &piece)
+                {
+                    // Cut short as llama-server's "limit" stop; dropping the handle on
+                    // return cancels the rest of the generation.
+                    return Ok(Collected {
+                        index: c.index,
+                        text,
+                        finish: FinishReason::Length,
+                        out,
+                        usage: kiln_engine::Usage {
+                            prompt_tokens: c.prompt_tokens,
+                            completion_tokens: generated,
+                            cached_tokens: 0,
+                        },
+                        counts_prompt: c.counts_prompt,
+                    });
                 }
             }
             Some(Event::Done { finish, usage, .. }) => {

@@ -11,14 +11,14 @@ use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
 
 use crate::state::{AppState, Backend, ServerConfig};
-use crate::{anthropic, guard, handlers, utility};
+use crate::{anthropic, embeddings, guard, handlers, infill, utility};
 
 /// The routes: `/v1/completions`, `/v1/chat/completions` (and their `/render`, the token
 /// ids without generating), `/v1/models`, `/health` (readiness), `/health/live`,
-/// `/metrics`, `/tokenize`, `/detokenize`, `/apply-template`, Anthropic's `/v1/messages`
-/// and `/v1/messages/count_tokens`; behind CORS, the API key
-/// check and the body read timeout (`guard.rs`), whose errors on Anthropic's paths are
-/// rewritten in Anthropic's shape.
+/// `/metrics`, `/tokenize`, `/detokenize`, `/apply-template`, `/v1/embeddings`,
+/// `/embedding`, `/infill`, Anthropic's `/v1/messages` and `/v1/messages/count_tokens`;
+/// behind CORS, the API key check and the body read timeout (`guard.rs`), whose errors on
+/// Anthropic's paths are rewritten in Anthropic's shape.
 pub fn router(state: AppState) -> Router {
     let limit = state.config().max_body_bytes;
     Router::new()
@@ -35,6 +35,9 @@ pub fn router(state: AppState) -> Router {
         .route("/apply-template", post(utility::apply_template))
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
+        .route("/v1/embeddings", post(embeddings::openai))
+        .route("/embedding", post(embeddings::llama))
+        .route("/infill", post(infill::infill))
         .fallback(handlers::not_found)
         .layer(DefaultBodyLimit::max(limit))
         // Outermost last: CORS (answers preflights), then the key, then the body read.

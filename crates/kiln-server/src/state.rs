@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use kiln_engine::{Engine, SamplerConfig};
+use kiln_model::Pooling;
 use kiln_tokenizer::Tokenizer;
 use kiln_tokenizer::chat::ChatTemplate;
 
@@ -65,6 +66,9 @@ pub struct ServerConfig {
     pub shutdown_delay: Duration,
     /// Which other engines' metric names `/metrics` also publishes.
     pub metrics_compat: MetricsCompat,
+    /// How embeddings pool a sequence's hidden states (`None`: as the model file
+    /// declares, else no pooling, as llama-server).
+    pub pooling: Option<Pooling>,
 }
 
 /// OpenAI's sampling defaults: temperature 1, top_p 1, nothing else.
@@ -100,6 +104,7 @@ impl Default for ServerConfig {
             tls: None,
             shutdown_delay: Duration::ZERO,
             metrics_compat: MetricsCompat::Vllm,
+            pooling: None,
         }
     }
 }

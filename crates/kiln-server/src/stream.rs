@@ -98,6 +98,8 @@ pub struct Choice {
     pub index: usize,
     /// Whether its prompt tokens count in the usage (the first choice of each prompt).
     pub counts_prompt: bool,
+    /// Its prompt's length (the usage of a choice cut short by the server).
+    pub prompt_tokens: usize,
     pub handle: RequestHandle,
 }
 
@@ -111,6 +113,10 @@ pub struct StreamCtx {
     pub tokenizer: Option<Arc<Tokenizer>>,
     /// How chat replies split into reasoning, content and tool calls (`None`: all content).
     pub output: Option<Arc<OutputSpec>>,
+    /// llama-server's `n_indent` (`/infill`, not streamed): every line after the first
+    /// must be indented by at least this many spaces or tabs, else generation stops and
+    /// that line is cut ([`crate::infill::IndentLimit`]); 0: no limit.
+    pub n_indent: usize,
 }
 
 /// Log-probabilities gathered for one choice (in both formats; the endpoint picks one).
@@ -135,6 +141,7 @@ impl StreamCtx {
             logprobs,
             tokenizer: b.map(|b| Arc::clone(&b.tokenizer)),
             output: None,
+            n_indent: 0,
         }
     }
 
@@ -259,6 +266,7 @@ fn choice_stream(c: Choice) -> ChoiceStream {
         index,
         counts_prompt,
         handle,
+        ..
     } = c;
     Box::pin(stream::unfold(Some(handle), move |h| async move {
         let h = h?;

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{post, send_field_table, start};
+use common::{post, start, start_model};
 use kiln_server::ServerConfig;
 use kiln_server::fields::{self, Endpoint, Status};
 use serde_json::{Value, json};
@@ -20,35 +20,92 @@ fn base(e: Endpoint) -> (&'static str, Value) {
             "/v1/chat/completions",
             json!({"messages":[{"role":"user","content":"Hi"}],"max_tokens":2,"temperature":0}),
         ),
+        Endpoint::Embeddings => ("/v1/embeddings", json!({"input":"Hello"})),
+        Endpoint::Infill => (
+            "/infill",
+            json!({"input_prefix":"def add(a, b):\n","input_suffix":"\n","max_tokens":2,"temperature":0}),
+        ),
         Endpoint::Messages | Endpoint::CountTokens => {
             unreachable!("Anthropic's endpoints: tests/anthropic.rs")
         }
     }
 }
 
+/// Qwen2.5-Coder (it has fill-in-the-middle tokens; SmolLM2 has none).
+fn start_fim_model() -> std::net::SocketAddr {
+    start_model("qwen2.5-coder-0.5b", ServerConfig::default(), 256, 4)
+}
+
 #[test]
 fn every_field_in_the_table_gets_exactly_the_answer_its_row_says() {
-    let addr = start(ServerConfig::default());
-    let checked = send_field_table(
-        addr,
-        &[Endpoint::Completions, Endpoint::Chat],
-        base,
-        |e, name, text| {
-            let v: Value = serde_json::from_str(text).unwrap();
-            assert_eq!(v["error"]["param"], name, "{e:?}: {text}");
-            assert_eq!(v["error"]["type"], "invalid_request_error", "{text}");
-        },
-    );
+    // SmolLM2 declares no pooling: the embeddings rows need one chosen.
+    let addr = start(ServerConfig {
+        pooling: Some(kiln_model::Pooling::Mean),
+        ..ServerConfig::default()
+    });
+    // Fill in the middle needs a model with FIM tokens.
+    let fim = start_fim_model();
+    let mut checked = 0;
+    let endpoints = [
+        Endpoint::Completions,
+        Endpoint::Chat,
+        Endpoint::Embeddings,
+        Endpoint::Infill,
+    ];
+    for e in endpoints {
+        let (path, base) = base(e);
+        for f in fields::of(e) {
+            let addr = if e == Endpoint::Infill || f.name == "suffix" {
+                fim
+            } else {
+                addr
+            };
+            let mut body = base.clone();
+            let mut value: Value = serde_json::from_str(f.example).unwrap();
+            if f.name == "model" && addr == fim {
+                value = json!("qwen2.5-coder-0.5b");
+            }
+            body[f.name] = value;
+            if f.name == "top_logprobs" {
+                body["logprobs"] = json!(true);
+            }
+            if f.name == "n_predict" {
+                // llama-server's name for max_tokens: the two together are a 400.
+                if let Some(o) = body.as_object_mut() {
+                    o.remove("max_tokens");
+                }
+            }
+            let (status, text) = post(addr, path, &body);
+            match f.status {
+                Status::Honoured | Status::NoOp => {
+                    assert_eq!(status, 200, "{e:?} {}: {body} → {text}", f.name);
+                }
+                Status::Refused => {
+                    assert_eq!(status, 400, "{e:?} {}: {body} → {text}", f.name);
+                    let v: Value = serde_json::from_str(&text).unwrap();
+                    assert_eq!(v["error"]["param"], f.name, "{e:?}: {text}");
+                    assert_eq!(v["error"]["type"], "invalid_request_error", "{text}");
+                }
+            }
+            checked += 1;
+        }
+    }
     assert_eq!(
         checked,
-        fields::of(Endpoint::Completions).count() + fields::of(Endpoint::Chat).count()
+        endpoints
+            .iter()
+            .map(|&e| fields::of(e).count())
+            .sum::<usize>()
     );
 }
 
 #[test]
 fn an_unknown_field_is_openais_400_and_lenient_params_drops_it() {
-    let strict = start(ServerConfig::default());
-    for e in [Endpoint::Completions, Endpoint::Chat] {
+    let strict = start(ServerConfig {
+        pooling: Some(kiln_model::Pooling::Mean),
+        ..ServerConfig::default()
+    });
+    for e in [Endpoint::Completions, Endpoint::Chat, Endpoint::Embeddings] {
         let (path, mut body) = base(e);
         body["foo_bar"] = json!(1);
         let (status, text) = post(strict, path, &body);
@@ -61,9 +118,10 @@ fn an_unknown_field_is_openais_400_and_lenient_params_drops_it() {
     }
     let lenient = start(ServerConfig {
         lenient_params: true,
+        pooling: Some(kiln_model::Pooling::Mean),
         ..ServerConfig::default()
     });
-    for e in [Endpoint::Completions, Endpoint::Chat] {
+    for e in [Endpoint::Completions, Endpoint::Chat, Endpoint::Embeddings] {
         let (path, mut body) = base(e);
         body["foo_bar"] = json!(1);
         let (status, text) = post(lenient, path, &body);
@@ -126,7 +184,8 @@ fn a_grammar_and_a_choice_constrain_the_output_on_both_endpoints() {
         let v: Value = serde_json::from_str(&text).unwrap();
         let out = match e {
             Endpoint::Completions => v["choices"][0]["text"].clone(),
-            _ => v["choices"][0]["message"]["content"].clone(),
+            Endpoint::Chat => v["choices"][0]["message"]["content"].clone(),
+            _ => unreachable!("not iterated here"),
         };
         assert!(out == "yes" || out == "no", "{e:?}: {out}");
         let (path, mut body) = base(e);
@@ -136,7 +195,8 @@ fn a_grammar_and_a_choice_constrain_the_output_on_both_endpoints() {
         let v: Value = serde_json::from_str(&text).unwrap();
         let out = match e {
             Endpoint::Completions => v["choices"][0]["text"].clone(),
-            _ => v["choices"][0]["message"]["content"].clone(),
+            Endpoint::Chat => v["choices"][0]["message"]["content"].clone(),
+            _ => unreachable!("not iterated here"),
         };
         assert!(out == "Paris" || out == "Lyon", "{e:?}: {out}");
     }

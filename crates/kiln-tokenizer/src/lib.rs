@@ -89,6 +89,19 @@ pub struct VocabSpec {
     pub add_space_prefix: Option<bool>,
 }
 
+/// A vocabulary's fill-in-the-middle tokens ([`Tokenizer::fim`]): prefix, suffix and
+/// middle (all three needed for infill), pad, and the repository-level ones (`rep` starts
+/// the repository name, `sep` each file).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FimTokens {
+    pub pre: Option<u32>,
+    pub suf: Option<u32>,
+    pub mid: Option<u32>,
+    pub pad: Option<u32>,
+    pub rep: Option<u32>,
+    pub sep: Option<u32>,
+}
+
 /// The tokenizer family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VocabKind {
@@ -351,6 +364,19 @@ impl Tokenizer {
 
     pub fn unk(&self) -> Option<u32> {
         self.ids.unk
+    }
+
+    /// The fill-in-the-middle tokens: from the file's `tokenizer.ggml.fim_*_token_id`, or
+    /// found by their text (`<|fim_prefix|>`, `<fim_prefix>`, …) as llama.cpp does.
+    pub fn fim(&self) -> FimTokens {
+        FimTokens {
+            pre: self.ids.fim_pre,
+            suf: self.ids.fim_suf,
+            mid: self.ids.fim_mid,
+            pad: self.ids.fim_pad,
+            rep: self.ids.fim_rep,
+            sep: self.ids.fim_sep,
+        }
     }
 
     /// Whether `encode(.., add_special = true, ..)` starts with BOS.
