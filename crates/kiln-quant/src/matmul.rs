@@ -262,6 +262,14 @@ impl MatmulScratch {
             if a == AType::Q8_K {
                 let nb = self.cols / a.ggml().block_elems();
                 let per = nb * Q8K8_BLOCK_BYTES;
+                // The layout takes fewer bytes than the rows it copies (272 against 292 per
+                // value block and row), so holding the row buffer's capacity makes it grow
+                // in the same calls as that buffer, never in a later step of a size seen
+                // before (the zero-allocation tests of kiln-model and kiln-engine).
+                let cap = buf.capacity();
+                if self.q8k8.capacity() < cap {
+                    self.q8k8.reserve_exact(cap - self.q8k8.len());
+                }
                 self.q8k8.resize(groups * per, 0);
                 for (g, o) in self.q8k8.chunks_exact_mut(per.max(1)).enumerate() {
                     interleave8_q8k(&buf[g * 8 * rb..], rb, nb, o);
