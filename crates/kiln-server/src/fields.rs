@@ -185,7 +185,13 @@ pub const FIELDS: &[Field] = &[
         "2",
         "choices per prompt (1 … `--max-n`)",
     ),
-    f("stream", Both, Honoured, "true", "server-sent events"),
+    f(
+        "stream",
+        Both,
+        Honoured,
+        "true",
+        "server-sent events; the headers go out at once, the body with the first token (a chat stream's `delta.role` chunk too, as vLLM sends it: routers read the first body byte as the end of prefill)",
+    ),
     f(
         "stream_options",
         Both,
