@@ -178,13 +178,13 @@ pub(crate) fn prepare_completion(
             texts
                 .iter()
                 .map(|prefix| {
-                    let input = crate::infill::FimInput {
+                    let input = crate::fim::FimInput {
                         prefix,
                         suffix,
                         extra: &[],
                         prompt: "",
                     };
-                    crate::infill::fim_prompt(tokenizer, &input, "suffix")
+                    crate::fim::fim_prompt(tokenizer, &input, "suffix")
                 })
                 .collect::<Result<Vec<_>, _>>()?
         }
@@ -575,7 +575,7 @@ struct Collected {
 async fn collect_one(ctx: &StreamCtx, c: Choice) -> Result<Collected, ApiError> {
     let mut text = String::new();
     let mut out = stream::ChoiceOut::default();
-    let mut indent = (ctx.n_indent > 0).then(|| crate::infill::IndentLimit::new(ctx.n_indent));
+    let mut indent = (ctx.n_indent > 0).then(|| crate::fim::IndentLimit::new(ctx.n_indent));
     let mut generated = 0;
     loop {
         match c.handle.recv_async().await {

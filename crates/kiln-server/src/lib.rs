@@ -26,6 +26,7 @@ mod anthropic;
 mod embeddings;
 mod error;
 pub mod fields;
+mod fim;
 #[doc(hidden)]
 pub mod fuzzing;
 mod guard;

@@ -115,7 +115,7 @@ pub struct StreamCtx {
     pub output: Option<Arc<OutputSpec>>,
     /// llama-server's `n_indent` (`/infill`, not streamed): every line after the first
     /// must be indented by at least this many spaces or tabs, else generation stops and
-    /// that line is cut ([`crate::infill::IndentLimit`]); 0: no limit.
+    /// that line is cut ([`crate::fim::IndentLimit`]); 0: no limit.
     pub n_indent: usize,
 }
 
