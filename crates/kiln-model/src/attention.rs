@@ -48,8 +48,6 @@ use kiln_quant::attn::{AttnKernels, attn_kernels, exp, hadamard_rotate};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use rayon::prelude::*;
-
 use crate::{ModelConfig, ModelError};
 
 /// Per-call geometry of one attention evaluation.
@@ -151,8 +149,9 @@ pub(crate) struct AttnScratch {
 }
 
 /// One parallel task: sequence, first query head and number of heads (all of one KV
-/// group), first token, and its piece of the output (rows token-major, then head).
-type Task<'a> = (usize, usize, usize, usize, &'a mut [f32]);
+/// group), first token, and its piece of the output (rows token-major, then head). Behind
+/// an uncontended lock, through which the pool's thread that runs the task takes it.
+type Task<'a> = Mutex<(usize, usize, usize, usize, &'a mut [f32])>;
 
 /// An empty task list with `v`'s allocation, for any lifetime (the tasks borrow one call's
 /// output; the allocation is kept for every call).
@@ -353,7 +352,8 @@ fn attention_batch_with(
         pool,
         tasks,
     } = scratch;
-    let threads = rayon::current_num_threads();
+    let workers = kiln_quant::pool::current();
+    let threads = workers.n_threads();
     pool.fill(threads);
     // Tasks are (query heads of one KV group) × (tile of tokens), so each K/V chunk read
     // serves every head of the group. When that gives fewer tasks than threads (decode of
@@ -382,7 +382,7 @@ fn attention_batch_with(
                     let heads = hs.min((g + 1) * group - h0);
                     let (piece, r) = std::mem::take(&mut rest).split_at_mut(n * heads * hdv);
                     rest = r;
-                    tasks.push((si, h0, heads, t0, piece));
+                    tasks.push(Mutex::new((si, h0, heads, t0, piece)));
                     h0 += heads;
                 }
             }
@@ -390,18 +390,35 @@ fn attention_batch_with(
         }
     }
     let pool = &*pool;
-    let result = tasks.par_iter_mut().try_for_each(|(si, h0, heads, t0, o)| {
+    // On kiln-quant's worker pool, as the matmuls before and after: its workers are still
+    // spinning from the Q/K/V projections, where a rayon worker would have to be woken
+    // (and, with both pools' threads awake, there would be more threads than cores).
+    let failed = Mutex::new(None);
+    let run = |i: usize| {
+        let mut task = tasks[i].lock().unwrap_or_else(|e| e.into_inner());
+        let (si, h0, heads, t0, o) = &mut *task;
         let s = &seqs[*si];
         let mut slot = pool.take();
         let r = run_tile(ak, cfg, s, *h0, *heads, *t0, &mut slot, o);
         pool.give(slot);
-        r
-    });
+        if let Err(e) = r {
+            failed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_or_insert(e);
+        }
+    };
+    workers.run(tasks.len(), &run);
+    let result = match failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    };
     if result.is_ok() {
         // Each piece's rows (token, then head) to their places in token-major `out`.
         // Tasks are in sequence order; `seq_base` is the first row of sequence `next`.
         let (mut seq_base, mut next) = (0, 0);
-        for (si, h0, heads, t0, piece) in tasks.iter() {
+        for task in tasks.iter_mut() {
+            let (si, h0, heads, t0, piece) = &*task.get_mut().unwrap_or_else(|e| e.into_inner());
             while next < *si {
                 seq_base += seqs[next].shape.n_tokens;
                 next += 1;

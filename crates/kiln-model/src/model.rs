@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use kiln_format::GgufFile;
-use kiln_quant::{MatmulScratch, matmul_prepared};
+use kiln_quant::{MatmulGroup, MatmulScratch, QMatrix, matmul_grouped, matmul_prepared};
 
 use crate::attention::{AttnScratch, AttnShape, SeqAttn, attention_batch};
 use crate::blocks::{
@@ -342,7 +342,7 @@ impl Session {
             rope: vec![0.0; n_batch * cfg.n_rot],
             logits: vec![0.0; cfg.vocab_size],
             hidden: Vec::new(),
-            mm: MatmulScratch::default(),
+            mm: MatmulScratch::with_group_capacity(FUSED_MAX_GROUPS),
             moe: MoeScratch::default(),
             starts: Vec::with_capacity(n_batch),
             // A row contributes at most two descriptors (prompt and decode arithmetic).
@@ -775,6 +775,31 @@ impl Session {
     }
 }
 
+/// Up to this many tokens, matrices that read the same input (Q, K and V; gate and up) run
+/// in one parallel region ([`matmul_grouped`]): the threads meet once for all of them rather
+/// than once per matrix. At decode a layer's meetings drop from eight to five; each costs the
+/// wait for the slower thread's last task, which at a few hundred microseconds per matrix is
+/// a measurable share. Beyond this, a pass is prefill, whose GEMM also splits the tokens
+/// between threads. Outputs are bit-identical either way (one dot kernel per element).
+const FUSED_MAX_TOKENS: usize = 8;
+
+/// Matrices of one fused region at most (Q, K and V). The session's matmul scratch holds
+/// that many in its task plan from creation: a pass of more tokens never runs a grouped
+/// call, so the first pass of fewer (sequences finishing, drafts running out) would
+/// otherwise grow the plan mid-serving.
+const FUSED_MAX_GROUPS: usize = 3;
+
+/// `w` over all `n` prepared rows into output `out` of a [`matmul_grouped`] call.
+fn fused(w: QMatrix<'_>, n: usize, out: usize) -> MatmulGroup<'_> {
+    MatmulGroup {
+        w,
+        first: 0,
+        n,
+        out,
+        out_row: 0,
+    }
+}
+
 /// The rows of one pass and where each starts.
 struct Batch<'a> {
     rows: &'a [BatchSeq<'a>],
@@ -900,9 +925,21 @@ impl Pass<'_> {
         let s = &mut *self.s;
         tr.tensor(TracePoint::layer("attn_norm", il), &s.h[..n * d], n);
         s.mm.prepare(&s.h[..n * d], n, d);
-        matmul_prepared(&store.view(&layer.wq)?, &mut s.mm, &mut s.q[..n * qd]);
-        matmul_prepared(&store.view(&layer.wk)?, &mut s.mm, &mut s.k[..n * kd]);
-        matmul_prepared(&store.view(&layer.wv)?, &mut s.mm, &mut s.v[..n * vd]);
+        let (wq, wk, wv) = (
+            store.view(&layer.wq)?,
+            store.view(&layer.wk)?,
+            store.view(&layer.wv)?,
+        );
+        if n <= FUSED_MAX_TOKENS {
+            // One parallel region for the three projections (see `FUSED_MAX_TOKENS`).
+            let groups: [_; FUSED_MAX_GROUPS] = [fused(wq, n, 0), fused(wk, n, 1), fused(wv, n, 2)];
+            let outs = [&mut s.q[..n * qd], &mut s.k[..n * kd], &mut s.v[..n * vd]];
+            matmul_grouped(&groups, &mut s.mm, outs);
+        } else {
+            matmul_prepared(&wq, &mut s.mm, &mut s.q[..n * qd]);
+            matmul_prepared(&wk, &mut s.mm, &mut s.k[..n * kd]);
+            matmul_prepared(&wv, &mut s.mm, &mut s.v[..n * vd]);
+        }
         add_bias_rows(&mut s.q[..n * qd], layer.bq.as_deref());
         add_bias_rows(&mut s.k[..n * kd], layer.bk.as_deref());
         add_bias_rows(&mut s.v[..n * vd], layer.bv.as_deref());
@@ -1073,12 +1110,25 @@ impl Pass<'_> {
         let tr = &mut *self.trace;
         let s = &mut *self.s;
         s.mm.prepare(&s.h[..n * d], n, d);
-        matmul_prepared(&store.view(&layer.w_up)?, &mut s.mm, &mut s.up[..n * ff]);
+        let w_up = store.view(&layer.w_up)?;
+        let w_gate = layer.w_gate.as_ref().map(|w| store.view(w)).transpose()?;
+        match w_gate {
+            // Gate and up in one parallel region (see `FUSED_MAX_TOKENS`).
+            Some(w_gate) if n <= FUSED_MAX_TOKENS => {
+                let groups = [fused(w_up, n, 0), fused(w_gate, n, 1)];
+                let outs = [&mut s.up[..n * ff], &mut s.gate[..n * ff]];
+                matmul_grouped(&groups, &mut s.mm, outs);
+            }
+            Some(w_gate) => {
+                matmul_prepared(&w_up, &mut s.mm, &mut s.up[..n * ff]);
+                matmul_prepared(&w_gate, &mut s.mm, &mut s.gate[..n * ff]);
+            }
+            None => matmul_prepared(&w_up, &mut s.mm, &mut s.up[..n * ff]),
+        }
         add_bias_rows(&mut s.up[..n * ff], layer.b_up.as_deref());
         tr.tensor(TracePoint::layer("ffn_up", il), &s.up[..n * ff], n);
         let act = match &layer.w_gate {
-            Some(w_gate) => {
-                matmul_prepared(&store.view(w_gate)?, &mut s.mm, &mut s.gate[..n * ff]);
+            Some(_) => {
                 tr.tensor(TracePoint::layer("ffn_gate", il), &s.gate[..n * ff], n);
                 gated_activation(&mut s.gate[..n * ff], &s.up[..n * ff], cfg.activation);
                 &s.gate[..n * ff]

@@ -2,13 +2,15 @@
 //! global allocator over whole steps (embedding, every layer, KV cache, attention, head),
 //! on a llama model (SmolLM2) and a Gemma 3 model (sliding-window and global layers with
 //! their two RoPE bases, per-head Q/K norms, post-norms), and on mixture-of-experts
-//! fixtures, with two threads.
+//! fixtures, with two threads; and a batched decode step of fewer sequences than the
+//! warm-up's (sequences finishing, drafts running out), whose smaller pass takes other
+//! paths than the larger one.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use kiln_model::{Logits, Model, Session};
+use kiln_model::{BatchSeq, KvOptions, Logits, Model, SeqId, Session};
 
 struct Counting;
 
@@ -46,6 +48,23 @@ fn argmax(logits: &[f32]) -> u32 {
     best as u32
 }
 
+/// Held by each test: the allocator counts every thread of the process, so nothing else
+/// may run while a test counts.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The two-thread pool every test runs in. One pool for every model: a pool dropped after
+/// one model would wind its threads down (and they may allocate doing so) while the next
+/// model's steps are counted.
+fn pool() -> &'static rayon::ThreadPool {
+    static POOL: std::sync::OnceLock<rayon::ThreadPool> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .expect("pool")
+    })
+}
+
 /// Warms a session up (a prompt, then decode steps), then counts the allocations of
 /// `steps` more decode steps; they cross a KV page boundary (16 tokens).
 fn allocations_of_decode_steps(name: &str, steps: usize) -> usize {
@@ -56,19 +75,10 @@ fn allocations_of_decode_steps(name: &str, steps: usize) -> usize {
 /// [`allocations_of_decode_steps`] for the model at `path`.
 fn allocations_of_decode_steps_at(path: &std::path::Path, steps: usize) -> usize {
     let model = Arc::new(Model::open(path).expect("model loads"));
-    // One pool for every model: a pool dropped after one model would wind its threads down
-    // (and they may allocate doing so) while the next model's steps are counted.
-    static POOL: std::sync::OnceLock<rayon::ThreadPool> = std::sync::OnceLock::new();
-    let pool = POOL.get_or_init(|| {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .expect("pool")
-    });
     // The whole run inside the pool: rayon's jobs then go through its workers' own queues
     // (a call from outside the pool injects each job through a shared queue that allocates
     // now and then).
-    pool.install(|| {
+    pool().install(|| {
         let mut s = Session::new(model, 256, 32);
         let prompt: Vec<u32> = (1..12).collect();
         let mut next = argmax(s.forward(&prompt, Logits::Last).expect("prompt"));
@@ -83,10 +93,10 @@ fn allocations_of_decode_steps_at(path: &std::path::Path, steps: usize) -> usize
     })
 }
 
-// One test, models one after the other: the allocator counts every thread of the process,
-// so nothing else may run while a model's steps are counted.
+// Models one after the other.
 #[test]
 fn a_decode_step_allocates_nothing_after_warm_up_on_llama_gemma3_and_mixtures_of_experts() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let steps = 24;
     for name in ["smollm2-135m", "gemma3-270m"] {
         let n = allocations_of_decode_steps(name, steps);
@@ -100,5 +110,92 @@ fn a_decode_step_allocates_nothing_after_warm_up_on_llama_gemma3_and_mixtures_of
         let path = std::path::PathBuf::from(tiny).join(rel);
         let n = allocations_of_decode_steps_at(&path, steps);
         assert_eq!(n, 0, "{rel}: {n} allocations in {steps} decode steps");
+    }
+}
+
+/// Sequences of the batched warm-up.
+const WIDE: usize = 12;
+
+/// One batched decode step of the first `k` of `seqs`, each fed its `next` token, which
+/// becomes the step's most likely one (without allocating: the rows live on the stack).
+fn batch_step(s: &mut Session, seqs: &[SeqId; WIDE], next: &mut [u32; WIDE], k: usize) {
+    let mut picked = [0u32; WIDE];
+    {
+        let tokens = *next;
+        let mut rows = [BatchSeq {
+            seq: seqs[0],
+            tokens: &[],
+            logits: true,
+            prompt_rows: 0,
+        }; WIDE];
+        for (i, r) in rows.iter_mut().enumerate().take(k) {
+            r.seq = seqs[i];
+            r.tokens = std::slice::from_ref(&tokens[i]);
+        }
+        let logits = s.forward_batch(&rows[..k]).expect("batched decode step");
+        let vocab = logits.len() / k;
+        for (i, p) in picked.iter_mut().enumerate().take(k) {
+            *p = argmax(&logits[i * vocab..(i + 1) * vocab]);
+        }
+    }
+    next[..k].copy_from_slice(&picked[..k]);
+}
+
+/// Warms a session up with `WIDE` sequences (their prompts, then batched decode steps of
+/// all of them: more tokens per pass than the fused small-batch path takes), then counts
+/// the allocations of decode steps of fewer of them (8, 3, then 1 sequence), each shape
+/// for the first time; the first sequence crosses a KV page boundary (16 tokens) in the
+/// warm-up and again in the counted steps.
+fn allocations_of_narrower_batch_steps(name: &str) -> usize {
+    let path = kiln_hub::resolve(name).unwrap_or_else(|e| panic!("model {name}: {e}"));
+    let model = Arc::new(Model::open(path).expect("model loads"));
+    pool().install(|| {
+        let kv = KvOptions {
+            memory: Some(64 << 20),
+            ..KvOptions::default()
+        };
+        let mut s = Session::with_kv(model, 128, 64, &kv).expect("session");
+        let seqs: [SeqId; WIDE] = std::array::from_fn(|_| s.new_sequence());
+        let prompts: Vec<Vec<u32>> = (0..WIDE as u32).map(|i| (1 + i..4 + i).collect()).collect();
+        let mut next = [0u32; WIDE];
+        {
+            let rows: Vec<BatchSeq> = seqs
+                .iter()
+                .zip(&prompts)
+                .map(|(&seq, p)| BatchSeq {
+                    seq,
+                    tokens: p,
+                    logits: true,
+                    prompt_rows: 0,
+                })
+                .collect();
+            let logits = s.forward_batch(&rows).expect("prompts");
+            let vocab = logits.len() / WIDE;
+            for (i, n) in next.iter_mut().enumerate() {
+                *n = argmax(&logits[i * vocab..(i + 1) * vocab]);
+            }
+        }
+        for _ in 0..16 {
+            batch_step(&mut s, &seqs, &mut next, WIDE);
+        }
+        let before = ALLOCS.load(Ordering::Relaxed);
+        for k in [8, 3, 1] {
+            for _ in 0..5 {
+                batch_step(&mut s, &seqs, &mut next, k);
+            }
+        }
+        ALLOCS.load(Ordering::Relaxed) - before
+    })
+}
+
+#[test]
+fn a_batched_decode_step_of_fewer_sequences_than_warm_up_allocates_nothing() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    for name in ["smollm2-135m", "gemma3-270m"] {
+        let n = allocations_of_narrower_batch_steps(name);
+        assert_eq!(
+            n, 0,
+            "{name}: {n} allocations in narrower batched decode steps"
+        );
     }
 }

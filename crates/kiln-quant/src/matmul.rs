@@ -140,6 +140,17 @@ pub struct MatmulScratch {
 const ACT_PAR_MIN_ELEMS: usize = 1 << 16;
 
 impl MatmulScratch {
+    /// An empty scratch whose [`matmul_grouped`] task plan holds `groups` matrices without
+    /// growing. The plan grows only in grouped calls, so a caller that makes them on some
+    /// passes only (a few tokens, not a prompt) sizes it here: its first grouped call after
+    /// larger ungrouped ones, whose buffers already fit, then allocates nothing.
+    pub fn with_group_capacity(groups: usize) -> MatmulScratch {
+        MatmulScratch {
+            group_tasks: Vec::with_capacity(groups),
+            ..MatmulScratch::default()
+        }
+    }
+
     /// Takes `n_tokens` rows of `cols` activations; they are converted lazily, once per
     /// activation type, by the [`matmul_prepared`] calls that follow.
     ///
