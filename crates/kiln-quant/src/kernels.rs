@@ -279,9 +279,10 @@ impl Kernels {
             });
         }
         let rb = w.len() / 2;
-        let Some(tile) = self.weights[wt as usize].dot8r2 else {
+        let k = &self.weights[wt as usize];
+        if k.dot8r2.is_none() && k.dot8r2_unpacked.is_none() {
             return Ok([self.dot8(ty, &w[..rb], a)?, self.dot8(ty, &w[rb..], a)?]);
-        };
+        }
         let (sc, stride, sc_stride) = act_rows_checked::<8>(wt, ty, &w[..rb], a)?;
         let mut sc8 = vec![0.0f32; 8 * sc_stride];
         interleave8(&sc, sc_stride, &mut sc8);
@@ -295,15 +296,31 @@ impl Kernels {
             q8k8: &q8k8,
         };
         let mut out = [[0.0; 8]; 2];
-        // SAFETY: as in `quantize_activations`; lengths checked above (`w` is two rows of
-        // `rb` bytes, `a` eight activation rows of their length).
-        unsafe { (tile.f)(w, rb, rows, &mut out) };
+        if let Some(tile) = k.dot8r2 {
+            // SAFETY: as in `quantize_activations`; lengths checked above (`w` is two rows
+            // of `rb` bytes, `a` eight activation rows of their length).
+            unsafe { (tile.f)(w, rb, rows, &mut out) };
+        } else if let Some(p) = k.dot8r2_unpacked {
+            // As the matmul driver: the pair unpacked, then the tile over it.
+            let nb = rb / ty.block_bytes();
+            let mut wu = vec![crate::table::Line64([0; 64]); nb * p.block_bytes / 64];
+            let wu: &mut [u8] = bytemuck::cast_slice_mut(&mut wu);
+            // SAFETY: as above; `wu` holds the layout's bytes for each of the `nb`
+            // super-blocks.
+            unsafe {
+                (p.unpack.f)(w, rb, wu);
+                (p.tile.f)(wu, rows, &mut out);
+            }
+        }
         Ok(out)
     }
 
     /// Whether this table has a two-row × eight-token GEMM tile for `ty`.
     pub fn has_dot8r2(&self, ty: GgmlType) -> bool {
-        wtype(ty).is_ok_and(|wt| self.weights[wt as usize].dot8r2.is_some())
+        wtype(ty).is_ok_and(|wt| {
+            let k = &self.weights[wt as usize];
+            k.dot8r2.is_some() || k.dot8r2_unpacked.is_some()
+        })
     }
 
     /// Whether this table has an eight-token GEMM micro-kernel for `ty`.
@@ -367,11 +384,15 @@ impl Kernels {
                     isa: d8.isa,
                 });
             }
-            if let Some(tile) = k.dot8r2 {
+            if let Some(isa) = k
+                .dot8r2
+                .map(|t| t.isa)
+                .or(k.dot8r2_unpacked.map(|p| p.tile.isa))
+            {
                 v.push(KernelImpl {
                     kernel: "dot8r2",
                     ty: w.ggml(),
-                    isa: tile.isa,
+                    isa,
                 });
             }
         }

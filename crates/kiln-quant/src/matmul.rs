@@ -14,8 +14,8 @@ use crate::blocks::BlockI8;
 use crate::kernels::kernels;
 use crate::pool;
 use crate::table::{
-    ActRows, Kernels, Q8K8_BLOCK_BYTES, WeightKernels, act_scale_count, act_scales, interleave8,
-    interleave8_q8k,
+    ActRows, Kernels, Line64, Q8K8_BLOCK_BYTES, WeightKernels, act_scale_count, act_scales,
+    interleave8, interleave8_q8k,
 };
 use crate::types::{AType, WType};
 
@@ -523,6 +523,33 @@ thread_local! {
     /// Per worker thread: the current row block unpacked (types with `dot8_unpacked`). Grows
     /// to the largest row block seen, then is reused.
     static UNPACKED: std::cell::RefCell<Vec<BlockI8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Per worker thread: the current row block's row pairs unpacked (types with
+    /// `dot8r2_unpacked`). Sized on first use for the largest row block of any matrix
+    /// whose rows fit [`ROW_BLOCK_BYTES`] at least [`ROW_BLOCK_MIN`] times, so it grows only
+    /// for rows longer than that, then is reused.
+    static UNPACKED_PAIRS: std::cell::RefCell<Vec<Line64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `buf` with at least `lines` lines, the first `lines` as bytes. On first use it takes the
+/// capacity of any row block whose rows are at most a [`ROW_BLOCK_MIN`]-th of
+/// [`ROW_BLOCK_BYTES`], so a later matrix of another shape does not allocate.
+fn pair_lines(
+    buf: &mut Vec<Line64>,
+    lines: usize,
+    layout_bytes: usize,
+    raw_bytes: usize,
+) -> &mut [u8] {
+    if buf.len() < lines {
+        // A row block holds at most `ROW_BLOCK_BYTES / row_bytes + 1` rows (an even count),
+        // so its pairs' layout at most the layout of `ROW_BLOCK_BYTES` plus one row pair
+        // of the longest such rows (and two pairs for the rounding).
+        let most = (ROW_BLOCK_BYTES / raw_bytes + ROW_BLOCK_BYTES / ROW_BLOCK_MIN / raw_bytes + 2)
+            * layout_bytes
+            / 64;
+        buf.reserve_exact(lines.max(most).saturating_sub(buf.len()));
+        buf.resize(lines, Line64([0; 64]));
+    }
+    bytemuck::cast_slice_mut(&mut buf[..lines])
 }
 
 /// # Safety
@@ -560,6 +587,7 @@ unsafe fn gemm_tile(
         },
     };
     let unpacked = wk.dot8_unpacked.map(|(u, d)| (u.f, d.f));
+    let pair_unpacked = wk.dot8r2_unpacked;
     let nb = w.cols / w.ty.block_elems();
     let block_row_bytes = if unpacked.is_some() {
         nb * size_of::<BlockI8>()
@@ -602,6 +630,49 @@ unsafe fn gemm_tile(
                         let mut o = [0.0f32; 8];
                         // SAFETY: as below; `wu` is row `r` unpacked.
                         unsafe { dot8u(bytemuck::cast_slice(wu), a8, &mut o) };
+                        write8(t, r, o);
+                    }
+                    t += 8;
+                }
+            });
+        } else if let (Some(p), Some(dot8)) = (pair_unpacked, dot8)
+            && take8(t)
+        {
+            // Unpack the row block's pairs once for all the task's groups of eight tokens;
+            // an odd last row takes the one-row tile.
+            let per = nb * p.block_bytes;
+            let pairs = (re - rb) / 2;
+            UNPACKED_PAIRS.with_borrow_mut(|buf| {
+                let lines = pairs * per / 64;
+                // The layout's bytes per raw super-block of the pair.
+                let raw = 2 * w.ty.block_bytes();
+                let bytes = pair_lines(buf, lines, p.block_bytes, raw);
+                for (k, dst) in bytes.chunks_exact_mut(per.max(1)).enumerate() {
+                    let r = rb + 2 * k;
+                    // SAFETY: kernels of a supported ISA; two whole rows `row_bytes` apart,
+                    // and `dst` holds the layout of their `nb` super-blocks.
+                    unsafe {
+                        (p.unpack.f)(
+                            &w.data[r * w.row_bytes..(r + 2) * w.row_bytes],
+                            w.row_bytes,
+                            dst,
+                        )
+                    };
+                }
+                while take8(t) {
+                    let a8 = rows_at(t, 8);
+                    for (k, wu) in bytes.chunks_exact(per.max(1)).enumerate() {
+                        let mut o = [[0.0f32; 8]; 2];
+                        // SAFETY: kernels of a supported ISA; `wu` is rows `rb + 2k` and
+                        // `rb + 2k + 1` unpacked, and `a8` as below.
+                        unsafe { (p.tile.f)(wu, a8, &mut o) };
+                        write8(t, rb + 2 * k, o[0]);
+                        write8(t, rb + 2 * k + 1, o[1]);
+                    }
+                    for r in rb + 2 * pairs..re {
+                        let mut o = [0.0f32; 8];
+                        // SAFETY: as below.
+                        unsafe { dot8(w.row(r), a8, &mut o) };
                         write8(t, r, o);
                     }
                     t += 8;

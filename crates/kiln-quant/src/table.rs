@@ -31,6 +31,16 @@ pub(crate) type Dot8Fn = unsafe fn(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8])
 pub(crate) type Dot8R2Fn =
     unsafe fn(w: &[u8], row_bytes: usize, a: ActRows<'_>, out: &mut [[f32; 8]; 2]);
 
+/// Unpacks two consecutive weight rows (`w` holds them, `row_bytes` apart) into the layout
+/// of the type's [`Dot8R2UnpackedFn`] (`out` holds the table's bytes per super-block for
+/// each super-block of a row).
+pub(crate) type PairUnpackFn = unsafe fn(w: &[u8], row_bytes: usize, out: &mut [u8]);
+
+/// The two-row × eight-token tile over a row pair unpacked by the matching
+/// [`PairUnpackFn`] (`wu`, whole super-blocks). `out[r][t]` must equal [`DotFn`]'s result for
+/// row `r`, token `t` bit for bit.
+pub(crate) type Dot8R2UnpackedFn = unsafe fn(wu: &[u8], a: ActRows<'_>, out: &mut [[f32; 8]; 2]);
+
 /// Unpacks a weight row into [`crate::blocks::BlockI8`] blocks (`out` holds one per block):
 /// the values and scales the type's dot kernels use, exactly.
 pub(crate) type UnpackFn = unsafe fn(w: &[u8], out: &mut [crate::blocks::BlockI8]);
@@ -162,6 +172,12 @@ pub(crate) fn interleave8_q8k(rows: &[u8], stride: usize, nb: usize, out: &mut [
     }
 }
 
+/// 64 bytes on a 64-byte boundary: the unit of the row-pair layouts ([`PairUnpacked`]), so a
+/// buffer of them holds whole cache lines.
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C, align(64))]
+pub(crate) struct Line64(pub(crate) [u8; 64]);
+
 /// One kernel and the ISA whose code it is.
 #[derive(Clone, Copy)]
 pub(crate) struct Imp<F> {
@@ -186,6 +202,20 @@ pub(crate) struct WeightKernels {
     /// The two-row × eight-token tile, where one exists (then the driver takes weight rows
     /// two at a time with it, and an odd last row with `dot8`, which the type must have).
     pub(crate) dot8r2: Option<Imp<Dot8R2Fn>>,
+    /// The two-row × eight-token tile over row pairs unpacked once per row block, where one
+    /// exists (instead of `dot8r2`; an odd last row then takes `dot8`, which the type must
+    /// have). The driver unpacks each row pair of a GEMM task's row block once, for all the
+    /// task's groups of eight tokens.
+    pub(crate) dot8r2_unpacked: Option<PairUnpacked>,
+}
+
+/// A row-pair unpacker, the tile over its output, and the bytes of that output per
+/// super-block (a multiple of 64: the layout is read as 64-byte lines).
+#[derive(Clone, Copy)]
+pub(crate) struct PairUnpacked {
+    pub(crate) unpack: Imp<PairUnpackFn>,
+    pub(crate) tile: Imp<Dot8R2UnpackedFn>,
+    pub(crate) block_bytes: usize,
 }
 
 /// The kernels for one instruction set. Obtain with [`kernels`] (the process's choice) or
@@ -255,6 +285,7 @@ impl Kernels {
         self.weights[w as usize].dot8 = Some(self.own(dot8));
         self.weights[w as usize].dot8_unpacked = None;
         self.weights[w as usize].dot8r2 = None;
+        self.weights[w as usize].dot8r2_unpacked = None;
     }
 
     /// Gives `w` a two-row × eight-token GEMM tile (`w` must have a `dot8`, set first: a
@@ -265,6 +296,32 @@ impl Kernels {
             Some(_) => self.weights[w as usize].dot8r2 = Some(self.own(tile)),
             None => panic!("set_dot8r2: the type has no eight-token kernel"),
         }
+        self.weights[w as usize].dot8r2_unpacked = None;
+    }
+
+    /// Gives `w` a two-row × eight-token tile over row pairs unpacked once per row block
+    /// (`block_bytes` of layout per super-block, a multiple of 64), replacing any `dot8r2`.
+    /// `w` must have a `dot8`, set first (for an odd last row).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) const fn set_dot8r2_unpacked(
+        &mut self,
+        w: WType,
+        unpack: PairUnpackFn,
+        tile: Dot8R2UnpackedFn,
+        block_bytes: usize,
+    ) {
+        assert!(block_bytes > 0 && block_bytes.is_multiple_of(64));
+        match self.weights[w as usize].dot8 {
+            Some(_) => {
+                self.weights[w as usize].dot8r2_unpacked = Some(PairUnpacked {
+                    unpack: self.own(unpack),
+                    tile: self.own(tile),
+                    block_bytes,
+                })
+            }
+            None => panic!("set_dot8r2_unpacked: the type has no eight-token kernel"),
+        }
+        self.weights[w as usize].dot8r2 = None;
     }
 
     /// Replaces only the four-token GEMM kernel of `w` (its dot and GEMV stay the parent's;
@@ -291,5 +348,6 @@ impl Kernels {
         self.weights[w as usize].dot8_unpacked = Some((self.own(unpack), self.own(dot8)));
         self.weights[w as usize].dot8 = None;
         self.weights[w as usize].dot8r2 = None;
+        self.weights[w as usize].dot8r2_unpacked = None;
     }
 }

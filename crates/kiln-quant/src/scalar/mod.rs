@@ -67,6 +67,7 @@ macro_rules! weight_kernels {
             dot8: None,
             dot8_unpacked: None,
             dot8r2: None,
+            dot8r2_unpacked: None,
         }
     }};
 }

@@ -269,6 +269,90 @@ fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
     acc
 }
 
+/// Bytes of one super-block of a Q4_K row pair unpacked by [`unpack_pair_q4_k`], as 15
+/// 64-byte lines: the eight sub-block vectors `q[g]` (lines 0–7: row 0's 32 values of
+/// sub-block `g` as bytes in the lower half, row 1's in the upper), the four scale pairs
+/// `scv[p]` (lines 8–11: `sc_2p | sc_2p+1 << 16` of row 0 in the lower eight `i32` lanes, of
+/// row 1 in the upper), the offset correction `base` (line 12, `i32` lanes), `d` of each row
+/// (line 13: row 0's in the lower eight `f32` lanes, row 1's in the upper), and line 14: the
+/// eight mins of row 0 as `i16` (bytes 0–15), of row 1 (16–31), then `-dmin` of row 0 and of
+/// row 1 as `f32` (32–39), zeros after.
+pub(crate) const Q4K_PAIR_BLOCK_BYTES: usize = 15 * 64;
+
+/// Unpacks two Q4_K rows (`w`, `row_bytes` apart) into [`Q4K_PAIR_BLOCK_BYTES`] per
+/// super-block: everything [`tile8_q4_k_pair`] derives from the weights, derived once per
+/// row block for all of a task's groups of eight tokens.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn unpack_pair_q4_k(w: &[u8], row_bytes: usize, out: &mut [u8]) {
+    let w: [&[BlockQ4K]; 2] = [
+        as_blocks(&w[..row_bytes]),
+        as_blocks(&w[row_bytes..2 * row_bytes]),
+    ];
+    let nb = w[0].len();
+    assert_eq!(w[1].len(), nb);
+    let out = &mut out[..nb * Q4K_PAIR_BLOCK_BYTES];
+    let z = _mm512_setzero_si512();
+    let m4 = _mm512_set1_epi8(0x0F);
+    // The activation offset, as unsigned bytes.
+    let c128 = _mm512_set1_epi8(i8::MIN);
+    for (i, o) in out.chunks_exact_mut(Q4K_PAIR_BLOCK_BYTES).enumerate() {
+        let x = [&w[0][i], &w[1][i]];
+        let mut q = [z; 8];
+        for j in 0..4 {
+            let b = join32(&x[0].qs[32 * j..32 * j + 32], &x[1].qs[32 * j..32 * j + 32]);
+            q[2 * j] = _mm512_and_si512(b, m4);
+            q[2 * j + 1] = _mm512_and_si512(_mm512_srli_epi16::<4>(b), m4);
+        }
+        let (sc0, m0) = q4k_scales_mins(&x[0].scales);
+        let (sc1, m1) = q4k_scales_mins(&x[1].scales);
+        // As `i16`, the eight scales of a row are four `i32` scale pairs `sc_2p | sc_2p+1 << 16`.
+        let widen = |b: [u8; 8]| _mm_cvtepu8_epi16(_mm_set_epi64x(0, i64::from_le_bytes(b)));
+        let pairs = _mm512_inserti32x4::<1>(_mm512_castsi128_si512(widen(sc0)), widen(sc1));
+        let scv: [__m512i; 4] = std::array::from_fn(|p| {
+            _mm512_permutexvar_epi32(pair_index32(p as i32, 4 + p as i32), pairs)
+        });
+        // What the offset adds to each lane (all activations 128), subtracted by starting
+        // every token there.
+        let mut off = z;
+        for (p, scv) in scv.iter().enumerate() {
+            let hi = _mm512_dpbusd_epi32(z, c128, q[2 * p + 1]);
+            let lo = _mm512_dpbusd_epi32(_mm512_slli_epi32::<16>(hi), c128, q[2 * p]);
+            off = dpwssd(off, lo, *scv);
+        }
+        let base = _mm512_sub_epi32(z, off);
+        let dm = [
+            f16x2_to_f32(x[0].d, x[0].dmin),
+            f16x2_to_f32(x[1].d, x[1].dmin),
+        ];
+        let dv = _mm512_mask_blend_ps(
+            0xFF00,
+            _mm512_set1_ps(_mm_cvtss_f32(dm[0])),
+            _mm512_set1_ps(_mm_cvtss_f32(dm[1])),
+        );
+        let neg_dmin = |dm: __m128| -_mm_cvtss_f32(_mm_movehdup_ps(dm));
+        let mut tail = [0u8; 64];
+        for (r, m) in [m0, m1].into_iter().enumerate() {
+            for (k, &v) in m.iter().enumerate() {
+                let at = 16 * r + 2 * k;
+                tail[at..at + 2].copy_from_slice(&i16::from(v).to_le_bytes());
+            }
+        }
+        tail[32..36].copy_from_slice(&neg_dmin(dm[0]).to_le_bytes());
+        tail[36..40].copy_from_slice(&neg_dmin(dm[1]).to_le_bytes());
+        let (vecs, rest) = o.split_at_mut(14 * 64);
+        let v: [__m512i; 14] = std::array::from_fn(|k| match k {
+            0..8 => q[k],
+            8..12 => scv[k - 8],
+            12 => base,
+            _ => _mm512_castps_si512(dv),
+        });
+        for (k, line) in vecs.chunks_exact_mut(64).enumerate() {
+            store512(line, v[k]);
+        }
+        rest.copy_from_slice(&tail);
+    }
+}
+
 /// The 2 × 8 tile of Q4_K with the two rows side by side in every `zmm` (row 0 in the lower
 /// 256 bits, row 1 in the upper), so that one `vpdpbusd` serves two (row, token) pairs with
 /// no folding of halves afterwards:
@@ -295,73 +379,42 @@ fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
 ///
 /// Each (row, token) lane thus holds AVX2's exact 8-lane super-block sum and sees the same
 /// float operations in the same order as [`tile_q4_k`]: bit-identical to the single dot.
+/// This is that tile over a row pair unpacked by [`unpack_pair_q4_k`] (`wu`, whole
+/// super-blocks): per super-block it only loads the pair's vectors and multiplies.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn tile8_q4_k_pair(w: [&[BlockQ4K]; 2], yd: &[f32], yu: &[u8]) -> [[f32; 8]; 2] {
-    let nb = w[0].len();
-    assert_eq!(w[1].len(), nb);
+fn tile8_q4_k_pair(wu: &[u8], yd: &[f32], yu: &[u8]) -> [[f32; 8]; 2] {
+    assert!(wu.len().is_multiple_of(Q4K_PAIR_BLOCK_BYTES));
+    let nb = wu.len() / Q4K_PAIR_BLOCK_BYTES;
     assert!(yd.len() >= 8 * nb);
     assert!(yu.len() >= nb * Q8K8_BLOCK_BYTES);
     let z = _mm512_setzero_si512();
-    let m4 = _mm512_set1_epi8(0x0F);
-    // The activation offset, as unsigned bytes.
-    let c128 = _mm512_set1_epi8(i8::MIN);
     // Token t: row 0's eight float lanes in the lower half, row 1's in the upper.
     let mut acc = [_mm512_setzero_ps(); 8];
     let mut acc_m = [[_mm512_setzero_ps(); 2]; 2];
-    for i in 0..nb {
-        let x = [&w[0][i], &w[1][i]];
+    for (i, b) in wu.chunks_exact(Q4K_PAIR_BLOCK_BYTES).enumerate() {
         let yb = &yu[i * Q8K8_BLOCK_BYTES..(i + 1) * Q8K8_BLOCK_BYTES];
-        // Sub-block g of both rows (values 0..16): row 0 low, row 1 high.
-        let mut q = [z; 8];
-        for j in 0..4 {
-            let b = join32(&x[0].qs[32 * j..32 * j + 32], &x[1].qs[32 * j..32 * j + 32]);
-            q[2 * j] = _mm512_and_si512(b, m4);
-            q[2 * j + 1] = _mm512_and_si512(_mm512_srli_epi16::<4>(b), m4);
-        }
-        let (sc0, m0) = q4k_scales_mins(&x[0].scales);
-        let (sc1, m1) = q4k_scales_mins(&x[1].scales);
-        // As `i16`, the eight scales of a row are four `i32` scale pairs `sc_2p | sc_2p+1 << 16`.
-        let widen = |b: [u8; 8]| _mm_cvtepu8_epi16(_mm_set_epi64x(0, i64::from_le_bytes(b)));
-        let pairs = _mm512_inserti32x4::<1>(_mm512_castsi128_si512(widen(sc0)), widen(sc1));
-        let scv: [__m512i; 4] = std::array::from_fn(|p| {
-            _mm512_permutexvar_epi32(pair_index32(p as i32, 4 + p as i32), pairs)
-        });
-        // The scaled sums of unsigned activations `u`, starting from `start`: per sub-block
+        let q: [__m512i; 8] = std::array::from_fn(|g| load512(&b[64 * g..64 * g + 64]));
+        let scv: [__m512i; 4] = std::array::from_fn(|p| load512(&b[512 + 64 * p..576 + 64 * p]));
+        let base = load512(&b[768..832]);
+        let dv = _mm512_castsi512_ps(load512(&b[832..896]));
+        // The scaled sums of unsigned activations, starting from `base`: per sub-block
         // pair, the odd sub-block's quad sums shifted into the upper `i16` halves, the even
         // one's added below them, both scaled by one `vpdpwssd`.
-        macro_rules! sums {
-            ($start:expr, |$g:ident| $u:expr) => {{
-                let mut s = $start;
-                for (p, scv) in scv.iter().enumerate() {
-                    let hi = {
-                        let $g = 2 * p + 1;
-                        _mm512_dpbusd_epi32(z, $u, q[2 * p + 1])
-                    };
-                    let lo = {
-                        let $g = 2 * p;
-                        _mm512_dpbusd_epi32(_mm512_slli_epi32::<16>(hi), $u, q[2 * p])
-                    };
-                    s = dpwssd(s, lo, *scv);
-                }
-                s
-            }};
-        }
-        // What the offset adds to each lane, subtracted by starting every token there.
-        let base = _mm512_sub_epi32(z, sums!(z, |_g| c128));
-        let dm = [
-            f16x2_to_f32(x[0].d, x[0].dmin),
-            f16x2_to_f32(x[1].d, x[1].dmin),
-        ];
-        let dv = _mm512_mask_blend_ps(
-            0xFF00,
-            _mm512_set1_ps(_mm_cvtss_f32(dm[0])),
-            _mm512_set1_ps(_mm_cvtss_f32(dm[1])),
-        );
         let ydi = &yd[8 * i..8 * i + 8];
         let step = |t: usize, acc: &mut __m512| {
             let y = &yb[256 * t..256 * t + 256];
-            let s = sums!(base, |g| broadcast32(&y[32 * g..32 * g + 32]));
+            let mut s = base;
+            for (p, scv) in scv.iter().enumerate() {
+                let (g0, g1) = (2 * p, 2 * p + 1);
+                let hi = _mm512_dpbusd_epi32(z, broadcast32(&y[32 * g1..32 * g1 + 32]), q[g1]);
+                let lo = _mm512_dpbusd_epi32(
+                    _mm512_slli_epi32::<16>(hi),
+                    broadcast32(&y[32 * g0..32 * g0 + 32]),
+                    q[g0],
+                );
+                s = dpwssd(s, lo, *scv);
+            }
             // `yd * d` of each row (a float product does not depend on operand order).
             let d = _mm512_mul_ps(dv, _mm512_set1_ps(ydi[t]));
             *acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), *acc);
@@ -377,18 +430,24 @@ fn tile8_q4_k_pair(w: [&[BlockQ4K]; 2], yd: &[f32], yu: &[u8]) -> [[f32; 8]; 2] 
         step(6, a6);
         step(7, a7);
         let ydv = load_f32x8(ydi);
-        for (r, m) in [m0, m1].into_iter().enumerate() {
+        let tail = &b[896..960];
+        for (r, acc_m) in acc_m.iter_mut().enumerate() {
             // The row's eight mins as `i16`, in every 128-bit lane.
-            let mm = _mm512_broadcast_i32x4(widen(m));
-            let dmin = _mm_cvtss_f32(_mm_movehdup_ps(dm[r]));
-            let dmv = _mm512_castps256_ps512(_mm256_mul_ps(ydv, _mm256_set1_ps(-dmin)));
-            for h in 0..2 {
+            let mm = _mm512_broadcast_i32x4(load128(&tail[16 * r..16 * r + 16]));
+            let neg_dmin = f32::from_le_bytes([
+                tail[32 + 4 * r],
+                tail[33 + 4 * r],
+                tail[34 + 4 * r],
+                tail[35 + 4 * r],
+            ]);
+            let dmv = _mm512_castps256_ps512(_mm256_mul_ps(ydv, _mm256_set1_ps(neg_dmin)));
+            for (h, acc_m) in acc_m.iter_mut().enumerate() {
                 // Tokens 4h .. 4h + 4, one per 128-bit lane: lane k of a token is
                 // `m_2k * q8s_2k + m_2k+1 * q8s_2k+1` (exact in `i32`), as `q4k_mins_prod`.
                 let q8s = load512(&yb[2048 + 64 * h..2048 + 64 * h + 64]);
                 let prod = _mm512_madd_epi16(q8s, mm);
                 let dmq = _mm512_permutexvar_ps(quad_index32(4 * h as i32), dmv);
-                acc_m[r][h] = _mm512_fmadd_ps(dmq, _mm512_cvtepi32_ps(prod), acc_m[r][h]);
+                *acc_m = _mm512_fmadd_ps(dmq, _mm512_cvtepi32_ps(prod), *acc_m);
             }
         }
     }
@@ -401,13 +460,11 @@ fn tile8_q4_k_pair(w: [&[BlockQ4K]; 2], yd: &[f32], yu: &[u8]) -> [[f32; 8]; 2] 
     })
 }
 
+/// The 2 × 8 Q4_K tile over a row pair unpacked by [`unpack_pair_q4_k`].
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) fn dot8r2_q4_k(w: &[u8], row_bytes: usize, a: ActRows<'_>, out: &mut [[f32; 8]; 2]) {
-    let w: [&[BlockQ4K]; 2] = [
-        as_blocks(&w[..row_bytes]),
-        as_blocks(&w[row_bytes..2 * row_bytes]),
-    ];
-    *out = tile8_q4_k_pair(w, &a.sc8[..8 * w[0].len()], a.q8k8);
+pub(crate) fn dot8r2u_q4_k(wu: &[u8], a: ActRows<'_>, out: &mut [[f32; 8]; 2]) {
+    let nb = wu.len() / Q4K_PAIR_BLOCK_BYTES;
+    *out = tile8_q4_k_pair(wu, &a.sc8[..8 * nb], a.q8k8);
 }
 
 // ---------------------------------------------------------------- Q6_K × Q8_K

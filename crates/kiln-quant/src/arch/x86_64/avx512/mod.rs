@@ -22,7 +22,12 @@ pub(crate) const fn table(parent: Kernels) -> Kernels {
     k.set_dotr4(Q4_K, gemv::dotr4_q4_k);
     k.set_dot4(Q4_K, kquants::dot4_q4_k);
     k.set_dot8(Q4_K, kquants::dot8_q4_k);
-    k.set_dot8r2(Q4_K, kquants::dot8r2_q4_k);
+    k.set_dot8r2_unpacked(
+        Q4_K,
+        kquants::unpack_pair_q4_k,
+        kquants::dot8r2u_q4_k,
+        kquants::Q4K_PAIR_BLOCK_BYTES,
+    );
     k.set_dot4(Q5_K, kquants::dot4_q5_k);
     k.set_dot8(Q5_K, kquants::dot8_q5_k);
     k.set_dots(

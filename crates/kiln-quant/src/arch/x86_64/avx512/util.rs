@@ -20,6 +20,15 @@ pub(crate) fn load512<T: Pod>(p: &[T]) -> __m512i {
     unsafe { _mm512_loadu_si512(bytes.as_ptr().cast()) }
 }
 
+/// Stores 64 bytes into a slice that has at least 64 (checked).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn store512(p: &mut [u8], v: __m512i) {
+    assert!(p.len() >= 64);
+    // SAFETY: at least 64 writable bytes (asserted); the store is unaligned.
+    unsafe { _mm512_storeu_si512(p.as_mut_ptr().cast(), v) }
+}
+
 /// 32 bytes from a slice that has at least 32 (checked).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
