@@ -62,8 +62,8 @@ pub use kernels::{
 };
 pub use kiln_format::GgmlType;
 pub use matmul::{
-    GROUP_ROW_ALIGN, MatmulGroup, MatmulScratch, QMatrix, matmul, matmul_grouped,
-    matmul_grouped_with, matmul_prepared, matmul_prepared_with,
+    GATHER_ZERO, GROUP_ROW_ALIGN, MatmulGroup, MatmulScratch, QMatrix, group_starts_aligned,
+    matmul, matmul_grouped, matmul_grouped_with, matmul_prepared, matmul_prepared_with,
 };
 pub use quantize::{quantize_row, quantize_types};
 pub use table::Kernels;

@@ -134,7 +134,13 @@ pub struct MatmulScratch {
     /// [`matmul_grouped`]'s task plan: per group, the end of its task range and its rows per
     /// task.
     group_tasks: Vec<(usize, usize)>,
+    /// [`matmul_grouped`]'s tasks in the order they are handed out, the most work first:
+    /// (work, task).
+    task_order: Vec<(u64, u32)>,
 }
+
+/// A [`MatmulScratch::prepare_gathered`] source index meaning "a row of zeros".
+pub const GATHER_ZERO: u32 = u32::MAX;
 
 /// Below this many elements, activations are converted on the calling thread.
 const ACT_PAR_MIN_ELEMS: usize = 1 << 16;
@@ -166,6 +172,39 @@ impl MatmulScratch {
         self.x.clear();
         self.x.extend_from_slice(x);
         self.n_tokens = n_tokens;
+        self.cols = cols;
+        self.ready = [false; AType::COUNT];
+    }
+
+    /// [`MatmulScratch::prepare`] on rows gathered from `x` (rows of `cols`): prepared row `r`
+    /// is row `src[r]` of `x`, or zeros where `src[r]` is [`GATHER_ZERO`]. A
+    /// mixture-of-experts layer prepares each expert's tokens this way, with no gathered copy
+    /// of its own.
+    ///
+    /// # Panics
+    /// If `x.len()` is not a multiple of `cols` or a `src` entry is neither a row of `x` nor
+    /// [`GATHER_ZERO`].
+    pub fn prepare_gathered(&mut self, x: &[f32], cols: usize, src: &[u32]) {
+        assert!(
+            cols > 0 && x.len().is_multiple_of(cols) || x.is_empty(),
+            "MatmulScratch::prepare_gathered: x has {} values, not whole rows of {cols}",
+            x.len()
+        );
+        let n_src = x.len().checked_div(cols).unwrap_or(0);
+        self.x.clear();
+        for &r in src {
+            if r == GATHER_ZERO {
+                self.x.resize(self.x.len() + cols, 0.0);
+            } else {
+                let r = r as usize;
+                assert!(
+                    r < n_src,
+                    "MatmulScratch::prepare_gathered: source row {r} of {n_src}"
+                );
+                self.x.extend_from_slice(&x[r * cols..(r + 1) * cols]);
+            }
+        }
+        self.n_tokens = src.len();
         self.cols = cols;
         self.ready = [false; AType::COUNT];
     }
@@ -769,8 +808,40 @@ impl MatmulGroup<'_> {
 /// rows' groups of eight).
 pub const GROUP_ROW_ALIGN: usize = 8;
 
+/// Whether a group of `n` rows should start on a multiple of [`GROUP_ROW_ALIGN`]: it must
+/// when it has that many or more; a group of six or seven should, so that its tokens take one
+/// eight-token call over padding rows instead of a four-token call and two or three single
+/// dots (see `grouped_rows`). Any other group may start anywhere.
+pub fn group_starts_aligned(n: usize) -> bool {
+    n >= GROUP_ROW_ALIGN || n % GROUP_ROW_ALIGN >= 6
+}
+
 /// Grouped tasks per thread (claimed dynamically: a late thread delays the call by one).
 const GROUPED_TASKS_PER_THREAD: usize = 8;
+
+/// How many activation rows from a group's first the group's GEMM tiles may read, of the
+/// `avail` prepared rows there (real rows of later groups, or the zero rows that pad the
+/// prepared rows to whole groups of eight): the group's own `n` and, for a ragged last group
+/// of tokens, the padding that turns the calls its tokens would otherwise cost into one wider
+/// call whose extra outputs are dropped (each output is still one dot kernel call's bits;
+/// what the padding rows hold does not matter).
+///
+/// The tile takes an eight-token call for a last group of five to seven tokens when the rows
+/// are there, else a four-token call and single dots; a four-token call for two or three
+/// when the rows are there, else single dots. Measured on the AVX-512 Q4_K and Q6_K tiles (one
+/// thread, matrix in cache), an eight-token call costs about 1.7 four-token calls and a single
+/// dot about 0.43 of one, so the cheapest cover of the last `n % 8` tokens is: six or seven,
+/// one eight-token call (padding to eight; needs `first` on a multiple of eight, where the
+/// interleaved scales of eight rows start); five, a four-token call and a single dot; three,
+/// a four-token call (one padding row); one, two or four, no padding.
+fn grouped_rows(first: usize, n: usize, avail: usize) -> usize {
+    let want = match n % 8 {
+        6 | 7 if first.is_multiple_of(GROUP_ROW_ALIGN) => n.next_multiple_of(8),
+        3 => n + 1,
+        _ => n,
+    };
+    want.min(avail).max(n)
+}
 
 /// Several matrices over parts of one set of prepared activation rows (a mixture-of-experts
 /// layer: each expert's matrix over its tokens' rows) in **one** parallel region: the work
@@ -782,6 +853,11 @@ const GROUPED_TASKS_PER_THREAD: usize = 8;
 ///
 /// Activations are converted once per activation type, as for [`matmul_prepared`], however
 /// many groups read a row (a decode step's experts all read the same row).
+///
+/// A group's last few tokens may run a wider kernel over the prepared rows after its own (a
+/// later group's, or padding), dropping those outputs: a group of six or seven tokens (or
+/// whose count is six or seven past a multiple of eight) takes one eight-token call if it
+/// starts on a multiple of [`GROUP_ROW_ALIGN`] ([`group_starts_aligned`]).
 ///
 /// # Panics
 /// If a group's `w.cols()` differs from the prepared `cols`, its rows are not within the
@@ -874,6 +950,25 @@ pub fn matmul_grouped_with<const N: usize>(
         n_tasks += if tasks == 0 { 0 } else { rows.div_ceil(rc) };
         plan.push((n_tasks, rc));
     }
+    // Tasks are handed out largest first (by weight bytes times tokens), so that the last
+    // ones claimed are small and the threads finish together: an expert that most tokens
+    // chose is one or a few large tasks, and in group order it might come last.
+    let mut order = std::mem::take(&mut scratch.task_order);
+    order.clear();
+    let mut first_task = 0;
+    for (g, &(end, rc)) in groups.iter().zip(&plan) {
+        for i in first_task..end {
+            let r0 = (i - first_task) * rc;
+            let r1 = (r0 + rc).min(g.w.rows);
+            let work = (r1 - r0) as u64 * g.w.row_bytes as u64 * g.n as u64;
+            order.push((work, i as u32));
+        }
+        first_task = end;
+    }
+    if threads > 1 {
+        // Unstable but total: equal work keeps task order (rows ascending in a group).
+        order.sort_unstable_by_key(|&(work, i)| (std::cmp::Reverse(work), i));
+    }
 
     let mut views = [None; AType::COUNT];
     for g in groups {
@@ -881,7 +976,8 @@ pub fn matmul_grouped_with<const N: usize>(
         views[at as usize].get_or_insert_with(|| scratch.rows_of(at));
     }
     let outs = outs.map(SharedOut::new);
-    let task = |i: usize| {
+    let task = |j: usize| {
+        let i = order[j].1 as usize;
         let gi = plan.partition_point(|&(end, _)| end <= i);
         let g = &groups[gi];
         let (end, rc) = plan[gi];
@@ -901,18 +997,21 @@ pub fn matmul_grouped_with<const N: usize>(
             gemv_rows(wk, &g.w, row, r0, unsafe { out.slice(r0..r1) });
         } else {
             let sc8_from = (g.first * a.sc_stride).min(a.sc8.len());
+            let avail = (a.a.len().checked_div(a.stride).unwrap_or(0)).saturating_sub(g.first);
+            // The group's rows and the padding its last tokens' calls may read.
+            let n_read = grouped_rows(g.first, g.n, avail);
             let ag = ActRows {
-                a: &a.a[g.first * a.stride..(g.first + g.n) * a.stride],
+                a: &a.a[g.first * a.stride..(g.first + n_read) * a.stride],
                 stride: a.stride,
-                sc: &a.sc[g.first * a.sc_stride..(g.first + g.n) * a.sc_stride],
+                sc: &a.sc[g.first * a.sc_stride..(g.first + n_read) * a.sc_stride],
                 sc_stride: a.sc_stride,
                 // The group starts on a group of eight interleaved rows when it has eight
-                // or more (checked above).
+                // or more (checked above) or is padded to eight (`grouped_rows`).
                 sc8: &a.sc8[sc8_from..],
                 q8k8: &a.q8k8[(g.first / 8 * a.sc_stride * Q8K8_BLOCK_BYTES).min(a.q8k8.len())..],
             };
             // SAFETY: task `i` alone writes rows r0..r1 of this group's output rows (as
-            // above), all of its tokens.
+            // above), all of its tokens (and only those: the tile drops padding outputs).
             unsafe { gemm_tile(wk, &g.w, ag, (0, g.n), (r0, r1), &out) };
         }
     };
@@ -923,4 +1022,5 @@ pub fn matmul_grouped_with<const N: usize>(
         p.run(n_tasks, &task);
     }
     scratch.group_tasks = plan;
+    scratch.task_order = order;
 }

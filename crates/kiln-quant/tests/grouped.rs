@@ -6,8 +6,8 @@ mod common;
 
 use common::*;
 use kiln_quant::{
-    GgmlType, Kernels, MatmulGroup, MatmulScratch, QMatrix, matmul_grouped, matmul_grouped_with,
-    vec_dot_type,
+    GATHER_ZERO, GgmlType, Kernels, MatmulGroup, MatmulScratch, QMatrix, group_starts_aligned,
+    matmul_grouped, matmul_grouped_with, vec_dot_type,
 };
 
 const COLS: usize = 512;
@@ -129,6 +129,124 @@ fn grouped_outputs_equal_the_dot_kernel_bit_for_bit_on_every_isa_and_thread_coun
             }
         }
     }
+}
+
+#[test]
+fn ragged_groups_read_padding_rows_but_write_only_their_own_outputs() {
+    // Groups whose last tokens run wider kernels over the rows after them (a later group's
+    // or the zero padding of the prepared rows): six and seven from a multiple of eight,
+    // three anywhere, fourteen (eight and six), eleven (eight and three), and a seven that
+    // ends at the last prepared row. Output rows between the groups are never written.
+    let mats = [
+        Mat::new(GgmlType::Q4_K, 36, 50),
+        Mat::new(GgmlType::Q6_K, 36, 51),
+        Mat::new(GgmlType::Q8_0, 36, 52),
+    ];
+    let n_rows = 95;
+    let x = random_acts(n_rows * COLS, &mut SeedRng::new(53));
+    let spans = [
+        (0, 6),
+        (8, 3),
+        (16, 7),
+        (24, 14),
+        (40, 11),
+        (53, 3),
+        (64, 11),
+        (88, 7),
+    ];
+    for (first, n) in spans {
+        assert!(n < 3 || !group_starts_aligned(n) || first % 8 == 0);
+    }
+    for k in tables() {
+        for m in &mats {
+            let groups: Vec<MatmulGroup> = spans
+                .iter()
+                .map(|&(first, n)| MatmulGroup {
+                    w: m.q(),
+                    first,
+                    n,
+                    out: 0,
+                    out_row: first,
+                })
+                .collect();
+            for threads in [1, 2] {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .expect("pool");
+                let mut y = vec![f32::NAN; n_rows * 36];
+                let mut s = MatmulScratch::default();
+                s.prepare(&x, n_rows, COLS);
+                pool.install(|| matmul_grouped_with(k, &groups, &mut s, [&mut y]));
+                let what = format!("{threads} threads");
+                for g in &groups {
+                    assert_group_is_the_dot_kernel(k, g, &x, &y, &what);
+                }
+                for t in 0..n_rows {
+                    if !spans.iter().any(|&(f, n)| (f..f + n).contains(&t)) {
+                        assert!(
+                            y[t * 36..(t + 1) * 36].iter().all(|v| v.is_nan()),
+                            "{} {what} {:?}: row {t} of no group was written",
+                            k.isa(),
+                            m.ty
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn gathered_rows_are_prepared_as_the_same_rows_copied() {
+    let m = Mat::new(GgmlType::Q4_K, 40, 60);
+    let x = random_acts(5 * COLS, &mut SeedRng::new(61));
+    let src = [
+        3,
+        0,
+        GATHER_ZERO,
+        GATHER_ZERO,
+        4,
+        1,
+        1,
+        2,
+        0,
+        3,
+        GATHER_ZERO,
+    ];
+    let mut copied = Vec::new();
+    for &r in &src {
+        if r == GATHER_ZERO {
+            copied.extend(std::iter::repeat_n(0.0f32, COLS));
+        } else {
+            let r = r as usize;
+            copied.extend_from_slice(&x[r * COLS..(r + 1) * COLS]);
+        }
+    }
+    let run = |prep: &dyn Fn(&mut MatmulScratch)| {
+        let mut s = MatmulScratch::default();
+        prep(&mut s);
+        let mut y = vec![0.0f32; src.len() * 40];
+        let g = MatmulGroup {
+            w: m.q(),
+            first: 0,
+            n: src.len(),
+            out: 0,
+            out_row: 0,
+        };
+        matmul_grouped(&[g], &mut s, [&mut y]);
+        y.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    };
+    let gathered = run(&|s| s.prepare_gathered(&x, COLS, &src));
+    let plain = run(&|s| s.prepare(&copied, src.len(), COLS));
+    assert_eq!(gathered, plain);
+}
+
+#[test]
+#[should_panic(expected = "source row 5 of 5")]
+fn a_gathered_row_past_the_source_is_refused() {
+    let x = random_acts(5 * COLS, &mut SeedRng::new(62));
+    MatmulScratch::default().prepare_gathered(&x, COLS, &[0, 5]);
 }
 
 #[test]

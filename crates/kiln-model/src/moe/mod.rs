@@ -28,7 +28,8 @@ pub mod router;
 mod tests;
 
 use kiln_quant::{
-    GROUP_ROW_ALIGN, MatmulGroup, MatmulScratch, QMatrix, matmul_grouped, matmul_prepared,
+    GATHER_ZERO, GROUP_ROW_ALIGN, MatmulGroup, MatmulScratch, QMatrix, group_starts_aligned,
+    matmul_grouped, matmul_prepared,
 };
 
 use crate::ModelError;
@@ -260,9 +261,9 @@ pub(crate) struct MoeScratch {
     /// allocation; see [`MatmulGroup::recycle`]).
     gate_up: Vec<MatmulGroup<'static>>,
     down: Vec<MatmulGroup<'static>>,
-    /// Grouped inputs (`n·k × n_embd` and the skipped rows), expert by expert, each
-    /// expert's tokens in order.
-    xg: Vec<f32>,
+    /// Per grouped row, the token whose activations it holds ([`GATHER_ZERO`] for the rows
+    /// skipped to align a group): expert by expert, each expert's tokens in order.
+    src: Vec<u32>,
     /// Grouped gate and up outputs (`n·k × n_ff_exp`).
     gate: Vec<f32>,
     up: Vec<f32>,
@@ -343,8 +344,9 @@ pub(crate) fn forward(
     let shared = shared_expert(w, cfg, act, n, d, s)?;
 
     // Group the (token, slot) pairs by expert: a counting sort, tokens ascending within
-    // each expert. An expert with GROUP_ROW_ALIGN or more tokens starts on a multiple of it
-    // (the grouped matmul's eight-token kernels need that); the rows skipped are zeros.
+    // each expert. An expert with GROUP_ROW_ALIGN or more tokens, or six or seven, starts on
+    // a multiple of it (the grouped matmul's eight-token kernels need that; see
+    // `group_starts_aligned`); the rows skipped are zeros.
     s.start.clear();
     s.start.resize(ne + 1, 0);
     for &e in &s.sel[..n * k] {
@@ -353,7 +355,7 @@ pub(crate) fn forward(
     let mut row = 0usize;
     for e in 0..ne {
         let c = s.start[e + 1] as usize;
-        if c >= GROUP_ROW_ALIGN {
+        if group_starts_aligned(c) {
             row = row.next_multiple_of(GROUP_ROW_ALIGN);
         }
         s.start[e] = row as u32;
@@ -409,20 +411,15 @@ pub(crate) fn forward(
     grow(&mut s.gate, rows * f);
     grow(&mut s.yg, rows * d);
     if n > 1 {
-        grow(&mut s.xg, rows * d);
-        let mut end = 0;
-        for &e in &s.run {
-            let (r0, r1) = (s.start[e as usize] as usize, s.cursor[e as usize] as usize);
-            s.xg[end * d..r0 * d].fill(0.0);
-            end = r1;
-        }
+        // Each grouped row is gathered straight into the matmul's input.
+        s.src.clear();
+        s.src.resize(rows, GATHER_ZERO);
         for t in 0..n {
             for j in 0..k {
-                let r = s.pos[t * k + j] as usize;
-                s.xg[r * d..(r + 1) * d].copy_from_slice(&x[t * d..(t + 1) * d]);
+                s.src[s.pos[t * k + j] as usize] = t as u32;
             }
         }
-        s.mm.prepare(&s.xg[..rows * d], rows, d);
+        s.mm.prepare_gathered(x, d, &s.src[..rows]);
     } else {
         // The shared expert prepared its own activations since the router's.
         s.mm.prepare(x, 1, d);
