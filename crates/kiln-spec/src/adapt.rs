@@ -112,6 +112,25 @@ impl DraftLength {
         self.cur
     }
 
+    /// How many of a draft's first `k` tokens are worth scoring: the last one is dropped
+    /// while what it adds to the pass's cost, in decode steps by the measured curve,
+    /// exceeds the recent acceptance rate, more than it can earn even when every token
+    /// before it is accepted. A pass one token past whole groups of the matrix kernels
+    /// costs that much: its last token runs every matrix again on its own (on a busy
+    /// machine the 17th token of a 16-token draft's pass costs about one more step).
+    /// Never below one token (the probe after a pause); without a curve, all `k`.
+    pub fn worth_scoring(&self, k: usize) -> usize {
+        let Some(cost) = self.cost.as_deref() else {
+            return k;
+        };
+        let rate = self.rate().min(1.0);
+        let mut k = k;
+        while k > 1 && cost.of(k + 1) - cost.of(k) > rate {
+            k -= 1;
+        }
+        k
+    }
+
     /// Records a step that drafted `drafted` tokens and had `accepted` of them accepted
     /// (its pass scored `drafted + 1` tokens and emitted `accepted + 1`).
     pub fn update(&mut self, drafted: usize, accepted: usize) {
@@ -251,6 +270,28 @@ mod tests {
             }
         }
         assert_eq!(pauses[..5], [4, 8, 16, 32, 64], "pauses {pauses:?}");
+    }
+
+    #[test]
+    fn drops_a_last_drafted_token_that_costs_more_than_it_can_earn() {
+        // Whole groups of eight tokens cost 0.4 steps a token; a 17th costs a whole step.
+        let busy = |n: usize| {
+            let groups = (n - 1).min(16) as f64;
+            0.010 * (1.0 + 0.4 * groups + if n > 16 { 1.0 } else { 0.0 })
+        };
+        let mut l = DraftLength::new(16, true);
+        assert_eq!(
+            l.worth_scoring(16),
+            16,
+            "no curve: every drafted token is scored"
+        );
+        l.set_cost(curve(busy));
+        assert_eq!(l.worth_scoring(16), 15);
+        assert_eq!(l.worth_scoring(8), 8);
+        assert_eq!(l.worth_scoring(1), 1);
+        // Where the 17th token costs less than the acceptance rate, it is scored.
+        l.set_cost(curve(|n| 0.010 * (1.0 + 0.05 * (n - 1) as f64)));
+        assert_eq!(l.worth_scoring(16), 16);
     }
 
     #[test]

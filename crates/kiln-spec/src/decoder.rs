@@ -164,6 +164,7 @@ impl SpecDecoder {
             .saturating_sub(pos0 + 1)
             .min(limit.saturating_sub(1));
         let k = self.length.take().min(room);
+        let k = self.length.worth_scoring(k);
         self.draft.clear();
         self.q.clear();
         let t_draft = Instant::now();
@@ -182,6 +183,13 @@ impl SpecDecoder {
                     &mut self.q,
                 )?,
             }
+        }
+        // A last drafted token whose share of the pass costs more than it can earn is not
+        // scored (only with a measured curve, so under greedy decoding only).
+        let keep = self.length.worth_scoring(self.draft.len());
+        self.draft.truncate(keep);
+        if !self.q.is_empty() {
+            self.q.truncate(keep * self.vocab);
         }
         let drafted = t_draft.elapsed();
         self.row.clear();
