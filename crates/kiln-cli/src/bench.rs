@@ -408,6 +408,8 @@ fn measure_text_tg(
     let draft_max = cfg.as_ref().map_or(0, |c| c.draft_max);
     let n_ctx = prompt.len() + n_gen + draft_max + 1;
     let mut totals = kiln_spec::SpecStats::default();
+    // The target's pass-cost curve, measured in the first run (untimed) and shared.
+    let mut cost: Option<Arc<kiln_spec::PassCost>> = None;
     let mut run = |timed: bool| -> Result<Option<u64>, CliError> {
         let mut session = Session::new(Arc::clone(&m.model), n_ctx, args.ubatch.max(draft_max + 1));
         let mut sampler = kiln_sample::Sampler::new(kiln_sample::SamplerConfig::greedy());
@@ -417,6 +419,12 @@ fn measure_text_tg(
         // evaluates it (as a decode step does).
         if prompt.len() > 1 {
             session.forward(&prompt[..prompt.len() - 1], Logits::Last)?;
+        }
+        if let Some(d) = spec.as_mut() {
+            match &cost {
+                Some(c) => d.set_pass_cost(Arc::clone(c)),
+                None => cost = d.calibrate(&mut session, prompt[prompt.len() - 1], &sampler)?,
+            }
         }
         let n_gen = if timed { n_gen } else { n_gen.min(2) };
         let mut step = Vec::with_capacity(kiln_spec::SpecConfig::DRAFT_MAX_LIMIT + 1);

@@ -105,6 +105,13 @@ struct SpecOut {
     verify_ms: f64,
     sample_ms: f64,
     rollback_ms: f64,
+    /// Measuring the target's pass-cost curve before generating (greedy, adaptive only;
+    /// not part of the generation time, like the prompt).
+    calibrate_ms: f64,
+    /// That curve: `[tokens, cost in decode steps]` per measured pass size.
+    pass_cost: Vec<(usize, f64)>,
+    /// The passes by that curve, in decode steps (0 without it).
+    pass_steps: f64,
 }
 
 pub fn run(args: GenerateArgs) -> Result<(), CliError> {
@@ -241,6 +248,8 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
             Ok(false)
         };
         let mut passes = 1u64;
+        let mut calibrate = std::time::Duration::ZERO;
+        let mut pass_cost = None;
         match spec.as_mut() {
             None => {
                 while generated < n_predict {
@@ -266,6 +275,11 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
                 let grammar_done = sampler.matcher().is_some_and(|m| m.is_finished());
                 let mut stopped = handle(first, logits, grammar_done)?;
                 sampler.accept(first);
+                // The pass-cost curve is measured once, after the prompt, outside the
+                // generation's time (as the prompt is).
+                let t_cal = Instant::now();
+                pass_cost = spec.calibrate(&mut session, first, &sampler)?;
+                calibrate = t_cal.elapsed();
                 let mut history = prompt_tokens.clone();
                 history.push(first);
                 let mut step = Vec::with_capacity(SpecConfig::DRAFT_MAX_LIMIT + 1);
@@ -293,7 +307,7 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
             }
             stops.finish(&mut tail);
         }
-        let gen_s = t_gen.elapsed().as_secs_f64();
+        let gen_s = t_gen.elapsed().saturating_sub(calibrate).as_secs_f64();
         let mask = sampler.mask_stats();
         let timings = Timings {
             load_ms,
@@ -316,6 +330,9 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
                     verify_ms: st.verify_time.as_secs_f64() * 1e3,
                     sample_ms: st.sample_time.as_secs_f64() * 1e3,
                     rollback_ms: st.rollback_time.as_secs_f64() * 1e3,
+                    calibrate_ms: calibrate.as_secs_f64() * 1e3,
+                    pass_cost: pass_cost.as_ref().map_or_else(Vec::new, |c| c.points().to_vec()),
+                    pass_steps: d.pass_steps(),
                 }
             }),
         };
@@ -346,6 +363,16 @@ pub fn run(args: GenerateArgs) -> Result<(), CliError> {
                     "speculative time: draft {:.0} ms, verify {:.0} ms, sample {:.0} ms, rollback {:.1} ms",
                     sp.draft_ms, sp.verify_ms, sp.sample_ms, sp.rollback_ms
                 );
+                if !sp.pass_cost.is_empty() {
+                    let curve: Vec<String> =
+                        sp.pass_cost.iter().map(|(n, c)| format!("{n}: {c:.2}")).collect();
+                    eprintln!(
+                        "pass cost in decode steps (measured in {:.0} ms) {}; the passes cost {:.1} steps",
+                        sp.calibrate_ms,
+                        curve.join(", "),
+                        sp.pass_steps
+                    );
+                }
             }
             if mask.steps > 0 {
                 eprintln!(

@@ -1,5 +1,5 @@
 //! Adaptive draft length: draft more while drafts are accepted, fewer after a rejection,
-//! and none for a while when acceptance is too low to pay for the wider passes.
+//! and none for a while when drafting does not earn what it costs.
 //!
 //! Acceptance is measured per *tested* position: verification stops at the first
 //! rejected token, so a draft of `k` with `a` accepted tested `a` positions that passed
@@ -7,19 +7,27 @@
 //! passed share of the recently tested positions (decayed counts), the probability that a
 //! drafted token is kept given the ones before it were.
 //!
-//! Whether drafting pays is a cost model: the measured time of the target's passes by the
-//! number of tokens they score (`t(n) = t1 + (n - 1) * s`, both fitted as running means),
-//! the measured drafting time per drafted token `d`, and the recent acceptance rate `p`.
-//! A draft of `k` tokens emits `1 + p + … + p^k` tokens in expectation for
-//! `t1 + k * (s + d)`; plain decoding emits one per `t1`. When even the best draft length
-//! up to the current bound is slower than plain decoding, drafting pauses for a few steps.
-//! Otherwise the draft length is the current bound, which doubles after a fully accepted
-//! draft and halves (at least to the accepted count plus one) after a rejection: acceptance
-//! comes in runs (a copied passage is accepted to its end, a divergence is rejected at
-//! once), which a per-token model would undervalue, and the source limits a draft to what
-//! its evidence supports (an n-gram draft to twice its match length). Below an acceptance
-//! floor ([`DraftLength::MIN_RATE`]) drafting pauses for longer each time, whatever the
-//! timings.
+//! Whether drafting pays is judged from what it actually earned, in decode steps: a
+//! drafted pass of `n` tokens that emitted `e` tokens earned `e` for `cost(n)` steps
+//! ([`PassCost`], measured once per model; plus the draft model's own time, for a draft
+//! model), where a plain step earns one token for one step. The controller keeps decayed
+//! sums of both over the sequence's drafted passes, and when they earned less than they
+//! cost it pauses drafting for a few steps, twice as long after each pause that follows a
+//! failed probe (up to a bound), and judges the first passes after the pause afresh. It
+//! counts tokens, not seconds: the machine's load changes between passes cannot make it
+//! draft where drafting loses. Without a measured curve every pass costs one step, and only
+//! acceptance decides.
+//!
+//! The draft length is a bound that doubles after a fully accepted draft and halves (at
+//! least to the accepted count plus one) after a rejection: acceptance comes in runs (a
+//! copied passage is accepted to its end, a divergence is rejected at once), and the source
+//! limits a draft to what its evidence supports (an n-gram draft to twice its match
+//! length). Below an acceptance floor ([`DraftLength::MIN_RATE`]) drafting pauses too,
+//! whatever the costs.
+
+use std::sync::Arc;
+
+use crate::PassCost;
 
 /// A sequence's draft-length controller.
 #[derive(Clone, Debug)]
@@ -34,51 +42,24 @@ pub struct DraftLength {
     pause: u32,
     /// Consecutive pauses (each one doubles the next, up to a bound).
     pauses: u32,
-    cost: CostModel,
-}
-
-/// Running means of the measured costs (seconds; `None` until measured).
-#[derive(Clone, Debug, Default)]
-struct CostModel {
-    /// A target pass of one token.
-    t1: Option<f64>,
-    /// Each further token of a pass: the least-squares slope through the origin of a
-    /// pass's time beyond `t1` over its tokens beyond the first (decayed sums), so the
-    /// wide passes that decide whether long drafts pay weigh more than the narrow ones
-    /// (whose tokens the kernels pad to a wider group, and cost more each).
-    per_token: Option<f64>,
-    /// Decayed sums of `x·y` and `x²` for that fit (`x`: tokens beyond the first, `y`:
-    /// seconds beyond `t1`).
-    sxy: f64,
-    sxx: f64,
-    /// Drafting, per drafted token.
-    draft: Option<f64>,
-}
-
-impl CostModel {
-    const WEIGHT: f64 = 0.2;
-
-    fn mean(old: Option<f64>, v: f64) -> Option<f64> {
-        Some(old.map_or(v, |o| (1.0 - Self::WEIGHT) * o + Self::WEIGHT * v))
-    }
-
-    /// The expected tokens per second of drafting `k` at acceptance `p`, relative to plain
-    /// decoding (1.0: as fast), or `None` before one-token passes were timed.
-    fn relative_rate(&self, k: usize, p: f64) -> Option<f64> {
-        let t1 = self.t1.filter(|t| *t > 0.0)?;
-        let extra = self.per_token.unwrap_or(0.0).max(0.0) + self.draft.unwrap_or(0.0).max(0.0);
-        let p = p.clamp(0.0, 1.0);
-        let expected: f64 = (0..=k).map(|i| p.powi(i as i32)).sum();
-        Some(expected * t1 / (t1 + k as f64 * extra))
-    }
+    /// The target's pass cost by token count (`None`: every pass one step).
+    cost: Option<Arc<PassCost>>,
+    /// Decayed sums over drafted passes since the last pause: tokens emitted, and their
+    /// cost in decode steps.
+    earned: f64,
+    spent: f64,
+    /// Drafting cost (decode steps) of the step about to be recorded (draft models).
+    draft_cost: f64,
 }
 
 impl DraftLength {
     /// Below this recent acceptance rate a draft costs more than it saves, whatever the
-    /// timings: drafting pauses, longer each time.
+    /// costs: drafting pauses, longer each time.
     pub const MIN_RATE: f64 = 0.2;
     /// Per step, the weight the counts of earlier steps keep.
     const DECAY: f64 = 0.7;
+    /// Per drafted pass, the weight earlier passes keep in what drafting earned and cost.
+    const YIELD_DECAY: f64 = 0.8;
     const PAUSE: u32 = 4;
     const MAX_PAUSE_DOUBLINGS: u32 = 4;
 
@@ -92,45 +73,34 @@ impl DraftLength {
             passed: 1.0,
             pause: 0,
             pauses: 0,
-            cost: CostModel::default(),
+            cost: None,
+            earned: 0.0,
+            spent: 0.0,
+            draft_cost: 0.0,
         }
     }
 
-    /// Records a target pass that scored `tokens` tokens in `secs` seconds.
-    pub fn record_pass(&mut self, tokens: usize, secs: f64) {
-        if tokens == 0 || !secs.is_finite() || secs < 0.0 {
-            return;
-        }
-        if tokens == 1 {
-            self.cost.t1 = CostModel::mean(self.cost.t1, secs);
-        } else if let Some(t1) = self.cost.t1 {
-            let c = &mut self.cost;
-            let x = (tokens - 1) as f64;
-            c.sxy = (1.0 - CostModel::WEIGHT) * c.sxy + x * (secs - t1);
-            c.sxx = (1.0 - CostModel::WEIGHT) * c.sxx + x * x;
-            c.per_token = Some(c.sxy / c.sxx);
-        }
+    /// Weighs drafted passes by `cost` from now on (without it every pass costs one step).
+    pub fn set_cost(&mut self, cost: Arc<PassCost>) {
+        self.cost = Some(cost);
     }
 
-    /// Records drafting `tokens` tokens in `secs` seconds.
-    pub fn record_draft(&mut self, tokens: usize, secs: f64) {
-        if tokens == 0 || !secs.is_finite() || secs < 0.0 {
-            return;
-        }
-        self.cost.draft = CostModel::mean(self.cost.draft, secs / tokens as f64);
+    /// The pass-cost curve in use, if any.
+    pub fn cost(&self) -> Option<&PassCost> {
+        self.cost.as_deref()
     }
 
-    /// The best draft length up to `k` by the cost model and whether it beats plain
-    /// decoding (`None` before the model has its measurements).
-    fn best(&self, k: usize) -> Option<(usize, bool)> {
-        let mut best = (0, 1.0);
-        for j in 1..=k {
-            let r = self.cost.relative_rate(j, self.rate())?;
-            if r > best.1 {
-                best = (j, r);
-            }
+    /// What a pass of `n` tokens costs in decode steps.
+    fn pass_cost(&self, n: usize) -> f64 {
+        self.cost.as_ref().map_or(1.0, |c| c.of(n))
+    }
+
+    /// Adds drafting work worth `steps` decode steps to the next recorded step (a draft
+    /// model's passes; an n-gram lookup is free).
+    pub fn record_draft_cost(&mut self, steps: f64) {
+        if steps.is_finite() && steps > 0.0 {
+            self.draft_cost += steps;
         }
-        Some((best.0.max(1), best.0 > 0))
     }
 
     /// How many tokens to draft this step (0: drafting paused). Call once per step.
@@ -142,8 +112,29 @@ impl DraftLength {
         self.cur
     }
 
-    /// Records a step that drafted `drafted` tokens and had `accepted` of them accepted.
+    /// How many of a draft's first `k` tokens are worth scoring: the last one is dropped
+    /// while what it adds to the pass's cost, in decode steps by the measured curve,
+    /// exceeds the recent acceptance rate, more than it can earn even when every token
+    /// before it is accepted. A pass one token past whole groups of the matrix kernels
+    /// costs that much: its last token runs every matrix again on its own (on a busy
+    /// machine the 17th token of a 16-token draft's pass costs about one more step).
+    /// Never below one token (the probe after a pause); without a curve, all `k`.
+    pub fn worth_scoring(&self, k: usize) -> usize {
+        let Some(cost) = self.cost.as_deref() else {
+            return k;
+        };
+        let rate = self.rate().min(1.0);
+        let mut k = k;
+        while k > 1 && cost.of(k + 1) - cost.of(k) > rate {
+            k -= 1;
+        }
+        k
+    }
+
+    /// Records a step that drafted `drafted` tokens and had `accepted` of them accepted
+    /// (its pass scored `drafted + 1` tokens and emitted `accepted + 1`).
     pub fn update(&mut self, drafted: usize, accepted: usize) {
+        let draft_cost = std::mem::take(&mut self.draft_cost);
         if !self.adaptive || drafted == 0 {
             return;
         }
@@ -151,27 +142,36 @@ impl DraftLength {
         let tested = accepted + usize::from(accepted < drafted);
         self.tested = Self::DECAY * self.tested + tested as f64;
         self.passed = Self::DECAY * self.passed + accepted as f64;
+        self.earned = Self::YIELD_DECAY * self.earned + (accepted + 1) as f64;
+        self.spent = Self::YIELD_DECAY * self.spent + self.pass_cost(drafted + 1) + draft_cost;
         self.cur = if accepted == drafted {
             (self.cur * 2).min(self.max)
         } else {
             (accepted + 1).max(self.cur / 2).clamp(1, self.max)
         };
         if self.rate() < Self::MIN_RATE {
-            // Drafts keep failing: pause, longer each time it happens again.
-            self.pause = Self::PAUSE << self.pauses.min(Self::MAX_PAUSE_DOUBLINGS);
-            self.pauses += 1;
-            // Probe with one token and a neutral rate when drafting resumes.
+            // Drafts keep failing: pause, longer each time it happens again, and probe
+            // with one token and a neutral rate when drafting resumes.
+            self.pause_drafting();
             self.tested = 1.0;
             self.passed = Self::MIN_RATE * 2.0;
             self.cur = 1;
-        } else if self.best(self.max).is_some_and(|(_, pays)| !pays) {
-            // Drafts are accepted, but not enough to pay for the wider passes as timed:
-            // a short pause, then a draft of the same bound (a long draft measures
-            // the per-token cost where it is lowest).
-            self.pause = Self::PAUSE;
-        } else if accepted > 0 {
+        } else if self.earned < self.spent {
+            // Drafted passes emitted fewer tokens than plain steps would have in their
+            // time: pause, longer each time the probe after a pause fails too.
+            self.pause_drafting();
+        } else if self.earned > self.spent {
             self.pauses = 0;
         }
+    }
+
+    /// Pauses drafting for `PAUSE` steps doubled per consecutive pause, and forgets what
+    /// drafting earned: the passes after the pause are judged on their own.
+    fn pause_drafting(&mut self) {
+        self.pause = Self::PAUSE << self.pauses.min(Self::MAX_PAUSE_DOUBLINGS);
+        self.pauses += 1;
+        self.earned = 0.0;
+        self.spent = 0.0;
     }
 
     /// The recent acceptance rate per tested drafted position.
@@ -214,15 +214,20 @@ mod tests {
         assert!(l.rate() > 0.8, "rate {}", l.rate());
     }
 
+    /// A curve from `pass(n)` seconds per pass of `n` tokens.
+    fn curve(pass: impl Fn(usize) -> f64) -> Arc<PassCost> {
+        let t: Vec<(usize, f64)> = (1..=17).map(|n| (n, pass(n))).collect();
+        Arc::new(PassCost::from_timings(&t).unwrap())
+    }
+
     /// Steps with every other draft fully accepted and the rest rejected outright, each
-    /// pass of `n` tokens timed at `pass(n)`; the number of steps that drafted nothing.
+    /// pass of `n` tokens costing `pass(n)`; the number of steps that drafted nothing.
     fn paused_steps(pass: impl Fn(usize) -> f64) -> usize {
         let mut l = DraftLength::new(8, true);
-        l.record_pass(1, pass(1));
+        l.set_cost(curve(pass));
         let mut paused = 0;
         for i in 0..16 {
             let k = l.take();
-            l.record_pass(k + 1, pass(k + 1));
             if k == 0 {
                 paused += 1;
             } else {
@@ -233,7 +238,7 @@ mod tests {
     }
 
     #[test]
-    fn pauses_when_timed_passes_cost_more_than_the_accepted_drafts_save() {
+    fn pauses_when_passes_cost_more_than_the_accepted_drafts_save() {
         // A pass costs one decode step per token: no draft can pay.
         assert!(paused_steps(|n| 0.010 * n as f64) > 8);
     }
@@ -242,6 +247,77 @@ mod tests {
     fn keeps_drafting_at_the_same_acceptance_when_passes_are_cheap() {
         // A pass of n tokens costs little more than one: the same drafts pay.
         assert_eq!(paused_steps(|n| 0.010 + 0.0005 * (n - 1) as f64), 0);
+    }
+
+    #[test]
+    fn backs_off_exponentially_while_probes_keep_losing() {
+        // Two-token passes cost three steps; every draft has its one token accepted, so
+        // acceptance stays high but each drafted pass emits two tokens for three steps.
+        let mut l = DraftLength::new(1, true);
+        l.set_cost(curve(|n| if n == 1 { 0.01 } else { 0.03 }));
+        let mut pauses = Vec::new();
+        let mut run = 0;
+        for _ in 0..200 {
+            let k = l.take();
+            if k == 0 {
+                run += 1;
+            } else {
+                if run > 0 {
+                    pauses.push(run);
+                }
+                run = 0;
+                l.update(k, k);
+            }
+        }
+        assert_eq!(pauses[..5], [4, 8, 16, 32, 64], "pauses {pauses:?}");
+    }
+
+    #[test]
+    fn drops_a_last_drafted_token_that_costs_more_than_it_can_earn() {
+        // Whole groups of eight tokens cost 0.4 steps a token; a 17th costs a whole step.
+        let busy = |n: usize| {
+            let groups = (n - 1).min(16) as f64;
+            0.010 * (1.0 + 0.4 * groups + if n > 16 { 1.0 } else { 0.0 })
+        };
+        let mut l = DraftLength::new(16, true);
+        assert_eq!(
+            l.worth_scoring(16),
+            16,
+            "no curve: every drafted token is scored"
+        );
+        l.set_cost(curve(busy));
+        assert_eq!(l.worth_scoring(16), 15);
+        assert_eq!(l.worth_scoring(8), 8);
+        assert_eq!(l.worth_scoring(1), 1);
+        // Where the 17th token costs less than the acceptance rate, it is scored.
+        l.set_cost(curve(|n| 0.010 * (1.0 + 0.05 * (n - 1) as f64)));
+        assert_eq!(l.worth_scoring(16), 16);
+    }
+
+    #[test]
+    fn without_a_cost_curve_only_acceptance_decides() {
+        // Drafts of 8 with one token accepted each: a low per-draft yield that a flat
+        // cost never pauses, and a per-tested-position rate of one half.
+        let mut l = DraftLength::new(8, true);
+        for _ in 0..20 {
+            let k = l.take();
+            assert!(k > 0);
+            l.update(k, 1.min(k));
+        }
+        assert!(l.cost().is_none());
+    }
+
+    /// The drafting work of a draft model counts against what drafting earns.
+    #[test]
+    fn counts_the_draft_models_own_cost() {
+        let mut l = DraftLength::new(4, true);
+        l.set_cost(curve(|n| 0.010 + 0.001 * (n - 1) as f64));
+        let k = l.take();
+        // Four drafted tokens, three accepted: four tokens for 1.4 steps plus a draft that
+        // took four steps.
+        l.record_draft_cost(4.0);
+        l.update(k, 3);
+        assert_eq!(l.take(), 0);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! of the target, keep the accepted prefix plus the target's own next token, cut the
 //! rest from the KV cache.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use kiln_model::{BatchSeq, Session};
@@ -9,7 +10,9 @@ use kiln_sample::Sampler;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 
-use crate::{DraftLength, DraftModel, NgramDrafter, SpecConfig, SpecError, SpecMethod, SpecStats};
+use crate::{
+    DraftLength, DraftModel, NgramDrafter, PassCost, SpecConfig, SpecError, SpecMethod, SpecStats,
+};
 
 /// Where a sequence's drafts come from.
 pub enum DraftSource {
@@ -24,6 +27,10 @@ pub struct SpecDecoder {
     length: DraftLength,
     stats: SpecStats,
     vocab: usize,
+    draft_max: usize,
+    adaptive: bool,
+    /// The passes so far in decode steps by the measured curve (0 without one).
+    pass_steps: f64,
     draft: Vec<u32>,
     /// The draft's distributions, one vocabulary row per drafted token (sampling with a
     /// draft model only).
@@ -62,6 +69,9 @@ impl SpecDecoder {
             length: DraftLength::new(k, cfg.adaptive),
             stats: SpecStats::default(),
             vocab,
+            draft_max: k,
+            adaptive: cfg.adaptive,
+            pass_steps: 0.0,
             draft: Vec::with_capacity(k),
             q: Vec::new(),
             row: Vec::with_capacity(k + 1),
@@ -84,6 +94,40 @@ impl SpecDecoder {
     /// The draft-length controller.
     pub fn length(&self) -> &DraftLength {
         &self.length
+    }
+
+    /// Measures the target's pass-cost curve on `session`'s current sequence (whose last
+    /// token `pending` is not yet evaluated; the sequence is left as it was) for passes of
+    /// up to `draft_max + 1` tokens, and weighs this decoder's drafts by it from now on
+    /// ([`PassCost::measure`], [`DraftLength`]). Only under greedy decoding: with sampling,
+    /// drafts and the random draws that verify them must stay a function of the text so a
+    /// seeded run reproduces, and nothing is measured (`None`). Also `None` when not
+    /// adaptive. Call it once, after the prompt.
+    pub fn calibrate(
+        &mut self,
+        session: &mut Session,
+        pending: u32,
+        sampler: &Sampler,
+    ) -> Result<Option<Arc<PassCost>>, SpecError> {
+        if sampler.config().temperature > 0.0 || !self.adaptive {
+            return Ok(None);
+        }
+        let cost = Arc::new(PassCost::measure(session, pending, self.draft_max + 1)?);
+        self.length.set_cost(Arc::clone(&cost));
+        Ok(Some(cost))
+    }
+
+    /// The target passes of every step so far, in decode steps by the measured pass-cost
+    /// curve (0 before [`SpecDecoder::calibrate`]): what the steps cost whatever the
+    /// machine's load, to set beside the plain decode steps the same tokens take.
+    pub fn pass_steps(&self) -> f64 {
+        self.pass_steps
+    }
+
+    /// Weighs this decoder's drafts by `cost` (one measured curve shared by several
+    /// decoders of a model). Greedy decoding only, as [`SpecDecoder::calibrate`].
+    pub fn set_pass_cost(&mut self, cost: Arc<PassCost>) {
+        self.length.set_cost(cost);
     }
 
     /// The target's logits from which the last step's `i`-th emitted token was chosen
@@ -120,6 +164,7 @@ impl SpecDecoder {
             .saturating_sub(pos0 + 1)
             .min(limit.saturating_sub(1));
         let k = self.length.take().min(room);
+        let k = self.length.worth_scoring(k);
         self.draft.clear();
         self.q.clear();
         let t_draft = Instant::now();
@@ -138,6 +183,13 @@ impl SpecDecoder {
                     &mut self.q,
                 )?,
             }
+        }
+        // A last drafted token whose share of the pass costs more than it can earn is not
+        // scored (only with a measured curve, so under greedy decoding only).
+        let keep = self.length.worth_scoring(self.draft.len());
+        self.draft.truncate(keep);
+        if !self.q.is_empty() {
+            self.q.truncate(keep * self.vocab);
         }
         let drafted = t_draft.elapsed();
         self.row.clear();
@@ -179,21 +231,20 @@ impl SpecDecoder {
         let t_rollback = Instant::now();
         session.settle(seq, pos0 + out.len())?;
         let rolled_back = t_rollback.elapsed();
-        // Timings steer the draft length only under greedy decoding, whose output they
-        // cannot change; with sampling the drafts (and so the random draws) stay a
-        // function of the text, and a seeded run reproduces.
-        let greedy = sampler.config().temperature <= 0.0;
-        if greedy {
-            self.length
-                .record_pass(self.row.len(), verified.as_secs_f64());
+        // A draft model's time counts against what drafting earns, in decode steps: its
+        // time over this step's pass, whose cost in steps the measured curve knows (a
+        // same-step ratio, as unaffected by the machine's load as the curve). Only under
+        // greedy decoding with a measured curve (see `calibrate`).
+        if let Some(cost) = self.length.cost() {
+            self.pass_steps += cost.of(self.row.len());
         }
-        if greedy && n > 0 {
-            let one_off = match &self.source {
-                DraftSource::Model(m) => m.catch_up_time(),
-                DraftSource::Ngram(_) => std::time::Duration::ZERO,
-            };
-            self.length
-                .record_draft(n, drafted.saturating_sub(one_off).as_secs_f64());
+        if let (DraftSource::Model(m), Some(cost), true) = (&self.source, self.length.cost(), n > 0)
+        {
+            let step = verified.as_secs_f64() / cost.of(self.row.len());
+            let drafting = drafted.saturating_sub(m.catch_up_time()).as_secs_f64();
+            if step > 0.0 {
+                self.length.record_draft_cost(drafting / step);
+            }
         }
         self.length.update(n, accepted);
         self.stats.draft_time += drafted;

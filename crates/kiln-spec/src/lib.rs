@@ -12,7 +12,9 @@
 //!   target's choice; sampling uses [`kiln_sample::Sampler::verify_draft`]'s rejection rule,
 //!   so output follows the target's distribution exactly. Rejected positions are cut from
 //!   the KV cache before its pages become findable ([`kiln_model::Session::settle`]).
-//! - Adaptive draft length per sequence ([`DraftLength`]) and counters ([`SpecStats`]).
+//! - Adaptive draft length per sequence ([`DraftLength`]), pausing drafting when its passes
+//!   earned fewer tokens than they cost by the target's measured pass-cost curve
+//!   ([`PassCost`]), and counters ([`SpecStats`]).
 //!
 //! **Owns:** drafting, verification of drafts, draft-length control and their counters.
 //!
@@ -22,6 +24,7 @@
 
 mod adapt;
 mod config;
+mod cost;
 mod decoder;
 mod draft;
 mod error;
@@ -30,6 +33,7 @@ mod stats;
 
 pub use adapt::DraftLength;
 pub use config::{SpecConfig, SpecMethod};
+pub use cost::PassCost;
 pub use decoder::{DraftSource, SpecDecoder};
 pub use draft::{DraftModel, check_vocab};
 pub use error::SpecError;

@@ -129,6 +129,11 @@ struct SpecJson {
     sample_ms: f64,
     #[serde(default)]
     rollback_ms: f64,
+    /// The passes in decode steps by the measured pass-cost curve (0 without one).
+    #[serde(default)]
+    pass_steps: f64,
+    #[serde(default)]
+    calibrate_ms: f64,
 }
 
 #[derive(Serialize)]
@@ -274,6 +279,13 @@ pub fn run(a: &SpecArgs) -> Result<(), XtaskError> {
         .filter_map(|r| Some((r, r.spec.as_ref()?)))
         .map(|(r, s)| {
             let per_pass = s.verify_ms / s.passes.max(1) as f64;
+            // The plain run's steps after the prompt's pass (which both runs share), over
+            // what the speculative steps cost by the curve.
+            let by_count = if s.pass_steps > 0.0 {
+                format!("{:.2}×", r.tokens.saturating_sub(1) as f64 / s.pass_steps)
+            } else {
+                "–".into()
+            };
             vec![
                 r.workload.to_string(),
                 r.target.clone(),
@@ -286,6 +298,9 @@ pub fn run(a: &SpecArgs) -> Result<(), XtaskError> {
                 format!("{per_pass:.1}"),
                 format!("{:.1}", r.base_ms_per_token),
                 format!("{:.2}", per_pass / r.base_ms_per_token.max(1e-9)),
+                format!("{:.1}", s.pass_steps),
+                by_count,
+                format!("{:.0}", s.calibrate_ms),
             ]
         })
         .collect();
@@ -295,7 +310,10 @@ pub fn run(a: &SpecArgs) -> Result<(), XtaskError> {
 
 Milliseconds over the whole generation. `pass / step` is a scoring pass's mean time over
 the plain run's time per token: what verifying a draft costs in decode steps (a same-run
-ratio, less sensitive to machine load than tokens/s).
+ratio, less sensitive to machine load than tokens/s). `curve steps` is what the passes
+cost by the pass-cost curve measured before generating (`calibrate ms`, not part of the
+generation's time), and `speed-up by pass count` the plain run's steps over it: a figure
+of counted passes, independent of how the load changed during the runs.
 
 {}",
         markdown_table(
@@ -311,6 +329,9 @@ ratio, less sensitive to machine load than tokens/s).
                 "ms / pass",
                 "plain ms / token",
                 "pass / step",
+                "curve steps",
+                "speed-up by pass count",
+                "calibrate ms",
             ],
             &phases
         )
