@@ -6,13 +6,22 @@
 //! prints the time per pass, weight GB/s and, for N_TOKENS > 1, tokens/s.
 //!
 //! A mixture-of-experts layer (`ffn_gate_exps`, `ffn_up_exps`, `ffn_down_exps`) is replayed
-//! as if the router spread the tokens evenly: every expert gets `N_TOKENS ·
-//! expert_used_count / expert_count` of them (at least one), through the same GEMM.
+//! as the model runs it: the experts' token rows laid out one group after another (a group
+//! that `group_starts_aligned` says so on a multiple of eight), gate and up as one
+//! `matmul_grouped` call, down as a second. By default the router spreads the tokens evenly:
+//! every expert gets `N_TOKENS · expert_used_count / expert_count` of them (at least one).
+//! `matmul_sim MODEL N_TOKENS THREADS REPS COUNTS` takes the tokens per expert from the file
+//! `COUNTS` instead: one line per MoE layer (reused in turn when there are fewer lines than
+//! layers), each the layer's `expert_count` token counts separated by spaces, commas or
+//! brackets (e.g. counted in a real prefill of `N_TOKENS` tokens).
 
 use std::time::Instant;
 
 use kiln_format::GgufFile;
-use kiln_quant::{MatmulScratch, QMatrix, matmul_prepared};
+use kiln_quant::{
+    GROUP_ROW_ALIGN, MatmulGroup, MatmulScratch, QMatrix, group_starts_aligned, matmul_grouped,
+    matmul_prepared,
+};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -97,6 +106,47 @@ fn main() {
         .flatten()
         .next()
         .map_or(0, |l| (n * used).div_ceil(l.len()).max(1));
+    // Per MoE layer (in turn), the tokens of each expert.
+    let counts: Vec<Vec<usize>> = match args.get(5) {
+        Some(f) => std::fs::read_to_string(f)
+            .expect("counts file")
+            .lines()
+            .map(|l| {
+                l.split(|c: char| !c.is_ascii_digit())
+                    .filter(|w| !w.is_empty())
+                    .map(|w| w.parse().expect("count"))
+                    .collect::<Vec<usize>>()
+            })
+            .filter(|c| !c.is_empty())
+            .collect(),
+        None => moe
+            .iter()
+            .flatten()
+            .next()
+            .map(|l| vec![moe_tokens; l.len()])
+            .into_iter()
+            .collect(),
+    };
+    // Each layer's group layout: per expert its first row, and the rows in all.
+    let layouts: Vec<(Vec<usize>, usize)> = counts
+        .iter()
+        .map(|c| {
+            let mut row = 0;
+            let starts = c
+                .iter()
+                .map(|&c| {
+                    if group_starts_aligned(c) {
+                        row = usize::next_multiple_of(row, GROUP_ROW_ALIGN);
+                    }
+                    let s = row;
+                    row += c;
+                    s
+                })
+                .collect();
+            (starts, row)
+        })
+        .collect();
+    let moe_rows = layouts.iter().map(|l| l.1).max().unwrap_or(0);
     let output = mat("output.weight")
         .or_else(|| mat("token_embd.weight"))
         .expect("output");
@@ -112,6 +162,13 @@ fn main() {
         .map(|i| (i * 7919 % 1000) as f32 / 500.0 - 1.0)
         .collect();
     let mut y = vec![0.0f32; n * max_rows];
+    let xe: Vec<f32> = (0..moe_rows * max_rows)
+        .map(|i| (i * 7919 % 1000) as f32 / 500.0 - 1.0)
+        .collect();
+    let mut ye = [
+        vec![0.0f32; moe_rows * max_rows],
+        vec![0.0f32; moe_rows * max_rows],
+    ];
     let mut s = MatmulScratch::default();
     let bytes: usize = layers
         .iter()
@@ -138,14 +195,32 @@ fn main() {
                 s.prepare(&x[..n * l[3].cols()], n, l[3].cols());
                 matmul_prepared(&l[3], &mut s, &mut y[..n * l[3].rows()]);
                 if let Some(experts) = &moe[il] {
-                    let m = moe_tokens;
-                    for [gate, up, down] in experts {
-                        s.prepare(&x[..m * gate.cols()], m, gate.cols());
-                        matmul_prepared(gate, &mut s, &mut y[..m * gate.rows()]);
-                        matmul_prepared(up, &mut s, &mut y[..m * up.rows()]);
-                        s.prepare(&x[..m * down.cols()], m, down.cols());
-                        matmul_prepared(down, &mut s, &mut y[..m * down.rows()]);
+                    let li = moe[..il].iter().flatten().count() % layouts.len();
+                    let (starts, rows) = &layouts[li];
+                    let rows = *rows;
+                    let (mut gu, mut dn) = (Vec::new(), Vec::new());
+                    for (e, [gate, up, down]) in experts.iter().enumerate() {
+                        let c = counts[li].get(e).copied().unwrap_or(0);
+                        if c == 0 {
+                            continue;
+                        }
+                        let g = |w, out| MatmulGroup {
+                            w,
+                            first: starts[e],
+                            n: c,
+                            out,
+                            out_row: starts[e],
+                        };
+                        gu.push(g(*up, 0));
+                        gu.push(g(*gate, 1));
+                        dn.push(g(*down, 0));
                     }
+                    let [y0, y1] = &mut ye;
+                    let (f, dd) = (experts[0][0].rows(), experts[0][0].cols());
+                    s.prepare(&xe[..rows * dd], rows, dd);
+                    matmul_grouped(&gu, &mut s, [&mut y0[..rows * f], &mut y1[..rows * f]]);
+                    s.prepare(&xe[..rows * f], rows, f);
+                    matmul_grouped(&dn, &mut s, [&mut y0[..rows * dd]]);
                     continue;
                 }
                 s.prepare(&x[..n * l[4].cols()], n, l[4].cols());
