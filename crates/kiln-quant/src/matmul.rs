@@ -174,6 +174,21 @@ impl MatmulScratch {
         self.n_tokens = n_tokens;
         self.cols = cols;
         self.ready = [false; AType::COUNT];
+        self.reserve_task_order();
+    }
+
+    /// Sizes [`matmul_grouped`]'s task order for as many groups as its plan holds, at the
+    /// current pool's thread count, on every prepared pass: a caller whose first grouped call
+    /// comes after wider ungrouped passes (Q, K and V fused only for a few tokens) then finds
+    /// it already sized. A group has at most `⌈work / per_task⌉` tasks, and with `per_task =
+    /// ⌊total / (GROUPED_TASKS_PER_THREAD · threads)⌋` (at least 1) the groups together have
+    /// at most `2 · GROUPED_TASKS_PER_THREAD · threads + groups`.
+    fn reserve_task_order(&mut self) {
+        let groups = self.group_tasks.capacity();
+        let most = groups * (2 * GROUPED_TASKS_PER_THREAD * pool::current().n_threads() + 1);
+        if self.task_order.capacity() < most {
+            self.task_order.reserve(most - self.task_order.len());
+        }
     }
 
     /// [`MatmulScratch::prepare`] on rows gathered from `x` (rows of `cols`): prepared row `r`
@@ -207,6 +222,7 @@ impl MatmulScratch {
         self.n_tokens = src.len();
         self.cols = cols;
         self.ready = [false; AType::COUNT];
+        self.reserve_task_order();
     }
 
     /// The prepared rows already converted to `a` by [`MatmulScratch::act_rows`], as
