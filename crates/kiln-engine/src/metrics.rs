@@ -14,14 +14,27 @@ pub struct EngineMetrics {
     pub kv_block_tokens: usize,
     /// Allocated-but-unused token slots over allocated slots.
     pub kv_fragmentation: f64,
+    /// Prefix-cache lookups of requests at their first admission: one per request that
+    /// was admitted (vLLM's `prefix_cache_queries` / `hits` semantics). A preempted
+    /// request's lookup on re-admission is counted apart, in `prefix_preempted_*`, so a
+    /// request that finds its own blocks again does not count as reuse twice.
     pub prefix_queries: u64,
+    /// First-admission lookups that reused at least one block.
     pub prefix_hits: u64,
-    /// Prompt tokens looked up in the prefix cache (hits in tokens: `prefix_tokens_saved`).
+    /// Prompt tokens looked up at first admission (each request's prompt, once).
     pub prefix_query_tokens: u64,
+    /// Prompt tokens served from the prefix cache at first admission (each request's
+    /// `usage.cached_tokens`, once).
     pub prefix_tokens_saved: u64,
+    /// First-admission lookups that reused nothing, by reason.
     pub prefix_miss_short: u64,
     pub prefix_miss_evicted: u64,
     pub prefix_miss_never_seen: u64,
+    /// Lookups of preempted requests on re-admission, the tokens they looked up (prompt
+    /// and tokens generated before the preemption) and the tokens they found.
+    pub prefix_preempted_queries: u64,
+    pub prefix_preempted_query_tokens: u64,
+    pub prefix_preempted_tokens_saved: u64,
     /// Sequences preempted (freed and requeued for recomputation) for lack of KV blocks.
     pub preemptions: u64,
     pub requests_finished: u64,

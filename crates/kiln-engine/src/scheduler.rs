@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use kiln_kv::KvError;
+use kiln_kv::{KvError, MissReason, PrefixHit};
 use kiln_model::{BatchSeq, ModelError, SeqId, Session};
 use kiln_sample::Vocab;
 use kiln_spec::{SpecConfig, SpecMethod};
@@ -621,10 +621,11 @@ impl<'t> Sched<'t> {
             return false;
         };
         let kv = self.session.new_sequence();
-        let hit = match self.session.attach_prefix(kv, &q.tokens) {
-            Ok(h) => h.tokens,
-            Err(_) => 0,
-        };
+        let lookup = self.session.attach_prefix(kv, &q.tokens).ok();
+        let hit = lookup.map_or(0, |h| h.tokens);
+        if let Some(h) = lookup {
+            self.count_lookup(q.admitted.is_some(), q.tokens.len(), h);
+        }
         q.kv = Some(kv);
         q.done = hit;
         let now = Instant::now();
@@ -640,6 +641,28 @@ impl<'t> Sched<'t> {
         self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
         self.running.push(q);
         true
+    }
+
+    /// Counts an admission's prefix lookup of `tokens` positions: a request's first
+    /// admission in the request counters (once per request, as vLLM counts
+    /// `prefix_cache_queries` / `hits`), a preempted request's re-admission apart.
+    fn count_lookup(&mut self, preempted: bool, tokens: usize, hit: PrefixHit) {
+        let m = &mut self.m;
+        if preempted {
+            m.prefix_preempted_queries += 1;
+            m.prefix_preempted_query_tokens += tokens as u64;
+            m.prefix_preempted_tokens_saved += hit.tokens as u64;
+            return;
+        }
+        m.prefix_queries += 1;
+        m.prefix_query_tokens += tokens as u64;
+        m.prefix_tokens_saved += hit.tokens as u64;
+        match hit.miss {
+            None if hit.tokens > 0 => m.prefix_hits += 1,
+            Some(MissReason::ShorterThanBlock) => m.prefix_miss_short += 1,
+            Some(MissReason::Evicted) => m.prefix_miss_evicted += 1,
+            Some(MissReason::NeverSeen) | None => m.prefix_miss_never_seen += 1,
+        }
     }
 
     /// Runs the planned rows through the model and handles their logits.
@@ -820,13 +843,6 @@ impl<'t> Sched<'t> {
         m.kv_blocks_total = st.n_blocks;
         m.kv_block_tokens = st.block_size;
         m.kv_fragmentation = st.waste();
-        m.prefix_queries = st.prefix.queries;
-        m.prefix_hits = st.prefix.hits;
-        m.prefix_query_tokens = st.prefix.tokens_queried;
-        m.prefix_tokens_saved = st.prefix.tokens_saved;
-        m.prefix_miss_short = st.prefix.miss_short;
-        m.prefix_miss_evicted = st.prefix.miss_evicted;
-        m.prefix_miss_never_seen = st.prefix.miss_never_seen;
         lock(&self.shared.metrics).clone_from(m);
     }
 }

@@ -1,6 +1,6 @@
 //! The engine on a real model (SmolLM2): greedy tokens equal the single-session path
-//! alone, with 8 requests at once, after a prefix hit and under preemption; cancellation
-//! frees the KV blocks; refusals are typed.
+//! alone, with 8 requests at once, after a prefix hit and under preemption; prefix reuse is
+//! counted once per request; cancellation frees the KV blocks; refusals are typed.
 
 mod common;
 
@@ -218,6 +218,55 @@ fn preemption_under_a_tiny_kv_budget_still_yields_the_same_tokens() {
     let m = engine.metrics();
     assert!(m.preemptions > 0, "the budget forced preemption");
     assert!(wait_for(&engine, |m| m.kv_blocks_used == 0));
+}
+
+#[test]
+fn prefix_reuse_is_counted_once_per_request_and_a_preempted_requests_relookup_apart() {
+    let (model, tok) = load();
+    let mut cfg = config(&model);
+    cfg.n_ctx = 64;
+    // Seven 16-token blocks: four requests of up to 64 tokens each cannot run at once, so
+    // some are preempted and admitted (and looked up) again.
+    let block = cfg.kv.config(model.config(), 1).block_bytes();
+    cfg.kv.memory = Some(7 * block);
+    let engine = Engine::start(Arc::clone(&model), Arc::clone(&tok), cfg).expect("engine");
+    // A shared head of more than one block, so later requests can reuse the first's.
+    let head = "You are a helpful assistant. Answer briefly and precisely, in one sentence.";
+    let prompts: Vec<Vec<u32>> = PROMPTS[..4]
+        .iter()
+        .map(|p| encode(&tok, &format!("{head} {p}")))
+        .collect();
+    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    assert!(prompts.iter().all(|p| p.len() > 16), "{prompts:?}");
+    // Each request fills its context: four blocks each, sixteen in all.
+    let max = 64 - longest;
+    assert!(max >= 24, "the prompts leave room to generate: {prompts:?}");
+    let handles: Vec<_> = prompts
+        .iter()
+        .map(|p| engine.submit(greedy(p.clone(), max, true)).expect("submit"))
+        .collect();
+    let outs: Vec<_> = handles.iter().map(collect).collect();
+    let m = engine.metrics();
+    assert!(m.preemptions > 0, "the budget forced preemption");
+    assert_eq!(m.prefix_queries, 4, "one lookup per request: {m:?}");
+    let prompt_tokens: usize = prompts.iter().map(Vec::len).sum();
+    assert_eq!(m.prefix_query_tokens, prompt_tokens as u64, "{m:?}");
+    let cached: usize = outs.iter().map(|o| o.usage.cached_tokens).sum();
+    assert_eq!(
+        m.prefix_tokens_saved, cached as u64,
+        "reuse is each request's cached prompt tokens, once: {m:?}"
+    );
+    assert!(m.prefix_tokens_saved > 0, "later requests reused the head");
+    assert_eq!(
+        m.prefix_hits + m.prefix_miss_short + m.prefix_miss_evicted + m.prefix_miss_never_seen,
+        4,
+        "{m:?}"
+    );
+    // Every preemption is followed by one re-admission, counted apart; it looks up the
+    // prompt and the tokens generated before the preemption.
+    assert_eq!(m.prefix_preempted_queries, m.preemptions, "{m:?}");
+    assert!(m.prefix_preempted_query_tokens > m.prefix_preempted_queries * 16);
+    assert!(m.prefix_preempted_tokens_saved <= m.prefix_preempted_query_tokens);
 }
 
 #[test]

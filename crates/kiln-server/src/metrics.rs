@@ -129,25 +129,25 @@ pub fn render(m: &EngineMetrics, s: &ServerCounters, loading: bool) -> String {
     counter(
         &mut o,
         "kiln_prefix_cache_queries_total",
-        "Prefix-cache lookups at admission.",
+        "Prefix-cache lookups of requests at their first admission (one per request; a preempted request's re-admission: kiln_prefix_cache_preempted_queries_total).",
         m.prefix_queries,
     );
     counter(
         &mut o,
         "kiln_prefix_cache_hits_total",
-        "Prefix-cache lookups that reused at least one block.",
+        "First-admission prefix-cache lookups that reused at least one block.",
         m.prefix_hits,
     );
     counter(
         &mut o,
         "kiln_prefix_cache_query_tokens_total",
-        "Prompt tokens looked up in the prefix cache (the tokens found: kiln_prefix_cache_tokens_saved_total).",
+        "Prompt tokens looked up in the prefix cache, once per request (the tokens found: kiln_prefix_cache_tokens_saved_total).",
         m.prefix_query_tokens,
     );
     labelled_counter(
         &mut o,
         "kiln_prefix_cache_misses_total",
-        "Prefix-cache lookups that reused nothing, by reason.",
+        "First-admission prefix-cache lookups that reused nothing, by reason.",
         "reason",
         &[
             ("short", m.prefix_miss_short),
@@ -158,8 +158,26 @@ pub fn render(m: &EngineMetrics, s: &ServerCounters, loading: bool) -> String {
     counter(
         &mut o,
         "kiln_prefix_cache_tokens_saved_total",
-        "Prompt tokens whose KV came from the prefix cache.",
+        "Prompt tokens whose KV came from the prefix cache, once per request (its cached_tokens).",
         m.prefix_tokens_saved,
+    );
+    counter(
+        &mut o,
+        "kiln_prefix_cache_preempted_queries_total",
+        "Prefix-cache lookups of preempted requests on re-admission.",
+        m.prefix_preempted_queries,
+    );
+    counter(
+        &mut o,
+        "kiln_prefix_cache_preempted_query_tokens_total",
+        "Tokens (prompt and generated) looked up by preempted requests on re-admission.",
+        m.prefix_preempted_query_tokens,
+    );
+    counter(
+        &mut o,
+        "kiln_prefix_cache_preempted_tokens_saved_total",
+        "Tokens preempted requests found in the prefix cache on re-admission.",
+        m.prefix_preempted_tokens_saved,
     );
     counter(
         &mut o,
@@ -422,6 +440,8 @@ mod tests {
             kv_blocks_used: 3,
             kv_blocks_total: 100,
             prefix_miss_evicted: 2,
+            prefix_tokens_saved: 40,
+            prefix_preempted_tokens_saved: 16,
             ttft_seconds: h,
             ..EngineMetrics::default()
         };
@@ -435,6 +455,12 @@ mod tests {
         assert_eq!(
             get("kiln_prefix_cache_misses_total{reason=\"evicted\"}"),
             Some(2.0)
+        );
+        // A preempted request's re-lookup is its own family, never in the reuse count.
+        assert_eq!(get("kiln_prefix_cache_tokens_saved_total"), Some(40.0));
+        assert_eq!(
+            get("kiln_prefix_cache_preempted_tokens_saved_total"),
+            Some(16.0)
         );
         assert_eq!(
             get("kiln_time_to_first_token_seconds_bucket{le=\"0.1\"}"),

@@ -12,8 +12,9 @@
 //! - [`Workload`]: groups of requests sharing a long document prefix with distinct
 //!   questions after it, in a seeded shuffled order, streamed by a few concurrent clients;
 //!   [`run`] measures TTFT (to the first chunk with text) and counts failures;
-//! - [`Counters`]: prefix tokens reused and requests, summed from every replica's own
-//!   `/metrics` (`kiln_prefix_cache_tokens_saved_total`, `kiln_requests_total`).
+//! - [`Counters`]: prefix tokens reused (once per request) and requests, summed from every
+//!   replica's own `/metrics` (`kiln_prefix_cache_tokens_saved_total`,
+//!   `kiln_requests_total`), and preemptions with their re-admission lookups apart.
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
@@ -308,10 +309,18 @@ impl Replicas {
 /// What one replica's `/metrics` says about prefix reuse and requests.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct Counters {
-    /// `kiln_prefix_cache_tokens_saved_total`: prompt tokens whose KV came from the cache.
+    /// `kiln_prefix_cache_tokens_saved_total`: prompt tokens served from the cache, once
+    /// per request (a preempted request's re-admission is not in it).
     pub reused_tokens: f64,
-    /// `kiln_prefix_cache_query_tokens_total`: prompt tokens looked up.
+    /// `kiln_prefix_cache_query_tokens_total`: prompt tokens looked up, once per request.
     pub query_tokens: f64,
+    /// `kiln_preemptions_total`: sequences preempted for lack of KV blocks.
+    pub preemptions: f64,
+    /// `kiln_prefix_cache_preempted_query_tokens_total` and
+    /// `kiln_prefix_cache_preempted_tokens_saved_total`: what preempted requests looked up
+    /// and found again on re-admission (counted apart from the reuse above).
+    pub preempted_query_tokens: f64,
+    pub preempted_reused_tokens: f64,
     /// `kiln_requests_total`, every outcome.
     pub requests: f64,
 }
@@ -327,9 +336,13 @@ impl Counters {
             .filter(|l| l.starts_with("kiln_requests_total"))
             .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
             .sum();
+        let get = |name: &str| metric(&text, name).unwrap_or(0.0);
         Ok(Counters {
-            reused_tokens: metric(&text, "kiln_prefix_cache_tokens_saved_total").unwrap_or(0.0),
-            query_tokens: metric(&text, "kiln_prefix_cache_query_tokens_total").unwrap_or(0.0),
+            reused_tokens: get("kiln_prefix_cache_tokens_saved_total"),
+            query_tokens: get("kiln_prefix_cache_query_tokens_total"),
+            preemptions: get("kiln_preemptions_total"),
+            preempted_query_tokens: get("kiln_prefix_cache_preempted_query_tokens_total"),
+            preempted_reused_tokens: get("kiln_prefix_cache_preempted_tokens_saved_total"),
             requests,
         })
     }
@@ -339,6 +352,9 @@ impl Counters {
         Counters {
             reused_tokens: self.reused_tokens - before.reused_tokens,
             query_tokens: self.query_tokens - before.query_tokens,
+            preemptions: self.preemptions - before.preemptions,
+            preempted_query_tokens: self.preempted_query_tokens - before.preempted_query_tokens,
+            preempted_reused_tokens: self.preempted_reused_tokens - before.preempted_reused_tokens,
             requests: self.requests - before.requests,
         }
     }
@@ -438,7 +454,17 @@ impl Router {
             .args(["--health-success-threshold", "1"])
             .args(["--health-check-timeout-secs", "2"])
             .args(["--worker-startup-check-interval", "1"])
-            .args(["--log-level", "warning"])
+            // kv_aware logs each routing decision at debug (`KV prefix decision`: the
+            // prefix it credited each replica with; `KV request selected`: the pick and its
+            // uncached prefill), which is how its choices are checked afterwards.
+            .args([
+                "--log-level",
+                if policy == Policy::KvAware {
+                    "debug"
+                } else {
+                    "warning"
+                },
+            ])
             .arg("--worker-urls")
             .args(replicas.urls());
         if policy == Policy::KvAware {
@@ -758,11 +784,16 @@ pub struct PolicyRun {
     pub policy: Policy,
     pub requests: usize,
     pub failures: usize,
-    /// Prefix tokens reused, summed over the replicas (`kiln_prefix_cache_tokens_saved_total`,
-    /// after − before).
+    /// Prompt tokens served from the prefix cache, once per request, summed over the
+    /// replicas (`kiln_prefix_cache_tokens_saved_total`, after − before).
     pub reused_tokens: f64,
-    /// Prompt tokens looked up, summed likewise.
+    /// Prompt tokens looked up, once per request, summed likewise.
     pub query_tokens: f64,
+    /// Preemptions, and the tokens preempted requests looked up and found again when
+    /// re-admitted (not in the figures above), summed likewise.
+    pub preemptions: f64,
+    pub preempted_query_tokens: f64,
+    pub preempted_reused_tokens: f64,
     /// Requests each replica ended (`kiln_requests_total`, after − before).
     pub per_replica: Vec<f64>,
     pub ttft_p50: f64,
@@ -798,6 +829,9 @@ pub fn run_policy(
         failures: o.failures.len(),
         reused_tokens: diff.iter().map(|c| c.reused_tokens).sum(),
         query_tokens: diff.iter().map(|c| c.query_tokens).sum(),
+        preemptions: diff.iter().map(|c| c.preemptions).sum(),
+        preempted_query_tokens: diff.iter().map(|c| c.preempted_query_tokens).sum(),
+        preempted_reused_tokens: diff.iter().map(|c| c.preempted_reused_tokens).sum(),
         per_replica: diff.iter().map(|c| c.requests).collect(),
         ttft_p50: percentile(&o.ttft, 50.0),
         ttft_p90: percentile(&o.ttft, 90.0),

@@ -4,8 +4,9 @@
 //! replicas' events), each policy with fresh replicas; a seeded shared-prefix workload
 //! (`--groups` documents × `--per-group` questions, shuffled, `--clients` concurrent
 //! streaming clients). Per policy: prefix tokens reused (the replicas' own
-//! `kiln_prefix_cache_tokens_saved_total`, summed, after − before), requests per replica,
-//! failures, TTFT p50/p90/p99 to the first streamed text. Then the drain run: the same
+//! `kiln_prefix_cache_tokens_saved_total`, once per request, summed, after − before),
+//! requests per replica, preemptions (their re-admission lookups apart), failures, TTFT
+//! p50/p90/p99 to the first streamed text. Then the drain run: the same
 //! workload behind `--drain-policy`, one replica SIGTERMed after a third of the requests
 //! (`--shutdown-delay`, the router's 1 s health checks), which must lose nothing. Writes
 //! `cluster.json` and `cluster.md` under `<target>/kiln-bench/cluster/`; fails when a
@@ -134,8 +135,14 @@ pub fn run(a: &ClusterArgs) -> Result<(), XtaskError> {
         );
         let r = run_policy(&spec, a.replicas, p, &workload).map_err(cluster_err)?;
         eprintln!(
-            "  reused {} of {} prompt tokens, TTFT p50 {:.3} s p90 {:.3} s, {} failures, per replica {:?}",
-            r.reused_tokens, r.query_tokens, r.ttft_p50, r.ttft_p90, r.failures, r.per_replica
+            "  reused {} of {} prompt tokens, {} preemptions, TTFT p50 {:.3} s p90 {:.3} s, {} failures, per replica {:?}",
+            r.reused_tokens,
+            r.query_tokens,
+            r.preemptions,
+            r.ttft_p50,
+            r.ttft_p90,
+            r.failures,
+            r.per_replica
         );
         runs.push(r);
     }
@@ -205,8 +212,8 @@ fn markdown(r: &Report, machine: &kiln_bench::Machine) -> String {
         .iter()
         .find(|p| p.policy == Policy::RoundRobin)
         .map(|p| p.reused_tokens);
-    s.push_str("| policy | prefix tokens reused | × round_robin | of prompt tokens | TTFT p50 | TTFT p90 | requests per replica | failures |\n");
-    s.push_str("|---|---:|---:|---:|---:|---:|---|---:|\n");
+    s.push_str("| policy | prefix tokens reused | × round_robin | of prompt tokens | TTFT p50 | TTFT p90 | requests per replica | preemptions | failures |\n");
+    s.push_str("|---|---:|---:|---:|---:|---:|---|---:|---:|\n");
     for p in &r.policies {
         let ratio = base.filter(|b| *b > 0.0).map_or_else(
             || "–".to_string(),
@@ -214,7 +221,7 @@ fn markdown(r: &Report, machine: &kiln_bench::Machine) -> String {
         );
         let per: Vec<String> = p.per_replica.iter().map(|n| format!("{n}")).collect();
         s.push_str(&format!(
-            "| {} | {} | {} | {:.0}% | {:.0} ms | {:.0} ms | {} | {} |\n",
+            "| {} | {} | {} | {:.0}% | {:.0} ms | {:.0} ms | {} | {} | {} |\n",
             p.policy.name(),
             p.reused_tokens,
             ratio,
@@ -222,7 +229,18 @@ fn markdown(r: &Report, machine: &kiln_bench::Machine) -> String {
             p.ttft_p50 * 1e3,
             p.ttft_p90 * 1e3,
             per.join(" / "),
+            p.preemptions,
             p.failures,
+        ));
+    }
+    s.push_str("\nPrefix tokens reused and prompt tokens are each request's own, once (`kiln_prefix_cache_tokens_saved_total`, `kiln_prefix_cache_query_tokens_total`: vLLM's `prefix_cache_hits` / `queries`); a preempted request's lookup on re-admission is counted apart:\n\n");
+    for p in &r.policies {
+        s.push_str(&format!(
+            "- {}: {} preemptions; re-admitted requests looked up {} tokens and found {} again\n",
+            p.policy.name(),
+            p.preemptions,
+            p.preempted_query_tokens,
+            p.preempted_reused_tokens,
         ));
     }
     for p in r.policies.iter().filter(|p| p.policy == Policy::KvAware) {
