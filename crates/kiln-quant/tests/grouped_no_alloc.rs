@@ -3,35 +3,13 @@
 //! scratch sized for its groups, that call allocates nothing (counting allocator). One
 //! test in its own process: the allocator counts every thread, the test harness's too.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+#[path = "common/counting.rs"]
+mod counting;
 
 use kiln_quant::{GgmlType, MatmulGroup, MatmulScratch, QMatrix, matmul, matmul_grouped};
 
-struct Counting;
-
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator, only counting calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: counting::Counting = counting::Counting;
 
 #[test]
 fn a_first_grouped_call_after_larger_ungrouped_ones_allocates_nothing_when_sized_for_its_groups() {
@@ -53,7 +31,7 @@ fn a_first_grouped_call_after_larger_ungrouped_ones_allocates_nothing_when_sized
     let mut s = MatmulScratch::with_group_capacity(3);
     // A pass of nine tokens: ungrouped (a prompt).
     pool.install(|| matmul(&w, &x, 9, &mut y[0], &mut s));
-    let before = ALLOCS.load(Ordering::Relaxed);
+    let before = counting::allocations();
     pool.install(|| {
         // Then three tokens, then one, each with three matrices in one region.
         for n in [3usize, 1] {
@@ -70,6 +48,6 @@ fn a_first_grouped_call_after_larger_ungrouped_ones_allocates_nothing_when_sized
             matmul_grouped(&[group(0), group(1), group(2)], &mut s, outs);
         }
     });
-    let after = ALLOCS.load(Ordering::Relaxed);
+    let after = counting::allocations();
     assert_eq!(after - before, 0, "the grouped calls allocated");
 }

@@ -1,34 +1,12 @@
 //! After a first call with a given size, matmul allocates nothing (counting allocator).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+#[path = "common/counting.rs"]
+mod counting;
 
 use kiln_quant::{GgmlType, MatmulScratch, QMatrix, matmul};
 
-struct Counting;
-
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator, only counting calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: counting::Counting = counting::Counting;
 
 #[test]
 fn a_second_matmul_of_the_same_size_allocates_nothing() {
@@ -51,12 +29,12 @@ fn a_second_matmul_of_the_same_size_allocates_nothing() {
             let mut y = vec![0.0f32; n * rows];
             let mut s = MatmulScratch::default();
             pool.install(|| matmul(&w, &x, n, &mut y, &mut s));
-            let before = ALLOCS.load(Ordering::Relaxed);
+            let before = counting::allocations();
             pool.install(|| {
                 matmul(&w, &x, n, &mut y, &mut s);
                 matmul(&w, &x, n, &mut y, &mut s);
             });
-            let after = ALLOCS.load(Ordering::Relaxed);
+            let after = counting::allocations();
             assert_eq!(after - before, 0, "{ty} n={n}: matmul allocated");
         }
     }
