@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 use common::{collect, config, encode, greedy, load, reference, wait_for};
 use kiln_engine::{Engine, EngineError, Event, FinishReason};
+use kiln_model::Model;
+use kiln_tokenizer::Tokenizer;
 
 const PROMPTS: [&str; 8] = [
     "The capital of France is",
@@ -191,15 +193,20 @@ fn a_full_queue_and_a_too_long_prompt_are_refused() {
     );
 }
 
+/// An engine with a 64-token context and seven 16-token KV blocks: one 64-token sequence
+/// fits, four at once do not.
+fn tiny_budget_engine(model: &Arc<Model>, tok: &Arc<Tokenizer>) -> Engine {
+    let mut cfg = config(model);
+    cfg.n_ctx = 64;
+    let block = cfg.kv.config(model.config(), 1).block_bytes();
+    cfg.kv.memory = Some(7 * block);
+    Engine::start(Arc::clone(model), Arc::clone(tok), cfg).expect("engine")
+}
+
 #[test]
 fn preemption_under_a_tiny_kv_budget_still_yields_the_same_tokens() {
     let (model, tok) = load();
-    let mut cfg = config(&model);
-    cfg.n_ctx = 64;
-    // Seven 16-token blocks: one 64-token sequence fits, four at once do not.
-    let block = cfg.kv.config(model.config(), 1).block_bytes();
-    cfg.kv.memory = Some(7 * block);
-    let engine = Engine::start(Arc::clone(&model), Arc::clone(&tok), cfg).expect("engine");
+    let engine = tiny_budget_engine(&model, &tok);
     let prompts: Vec<Vec<u32>> = PROMPTS[..4].iter().map(|p| encode(&tok, p)).collect();
     let max = 40;
     let handles: Vec<_> = prompts
@@ -223,13 +230,9 @@ fn preemption_under_a_tiny_kv_budget_still_yields_the_same_tokens() {
 #[test]
 fn prefix_reuse_is_counted_once_per_request_and_a_preempted_requests_relookup_apart() {
     let (model, tok) = load();
-    let mut cfg = config(&model);
-    cfg.n_ctx = 64;
-    // Seven 16-token blocks: four requests of up to 64 tokens each cannot run at once, so
-    // some are preempted and admitted (and looked up) again.
-    let block = cfg.kv.config(model.config(), 1).block_bytes();
-    cfg.kv.memory = Some(7 * block);
-    let engine = Engine::start(Arc::clone(&model), Arc::clone(&tok), cfg).expect("engine");
+    // Four requests of up to 64 tokens each cannot run at once, so some are preempted and
+    // admitted (and looked up) again.
+    let engine = tiny_budget_engine(&model, &tok);
     // A shared head of more than one block, so later requests can reuse the first's.
     let head = "You are a helpful assistant. Answer briefly and precisely, in one sentence.";
     let prompts: Vec<Vec<u32>> = PROMPTS[..4]
