@@ -126,6 +126,7 @@ fn coverage_table_matches_the_crate_docs() {
 
 /// The kernels the AVX-512 table implements itself; every other entry is the AVX2 table's.
 const AVX512_KERNELS: &[(&str, GgmlType)] = &[
+    ("dot", GgmlType::Q4_K),
     ("dotr4", GgmlType::Q4_K),
     ("dot4", GgmlType::Q4_K),
     ("dot8", GgmlType::Q4_K),

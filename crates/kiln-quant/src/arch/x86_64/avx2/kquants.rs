@@ -115,17 +115,17 @@ pub(crate) fn dot_q3_k(w: &[u8], a: &[u8]) -> f32 {
 // ---------------------------------------------------------------- Q4_K × Q8_K
 
 /// Per-block pieces of a Q4_K block that do not depend on the activations.
-struct Q4KBlock {
-    d: f32,
-    dmin: f32,
-    sc: [u8; 8],
+pub(crate) struct Q4KBlock {
+    pub(crate) d: f32,
+    pub(crate) dmin: f32,
+    pub(crate) sc: [u8; 8],
     /// The 8 mins as i16 lanes.
-    mins: __m128i,
+    pub(crate) mins: __m128i,
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn q4k_block(x: &BlockQ4K) -> Q4KBlock {
+pub(crate) fn q4k_block(x: &BlockQ4K) -> Q4KBlock {
     let (sc, m) = q4k_scales_mins(&x.scales);
     let dm = f16x2_to_f32(x.d, x.dmin);
     let mins = _mm_cvtepu8_epi16(_mm_set_epi64x(0, i64::from_le_bytes(m)));
@@ -140,7 +140,7 @@ fn q4k_block(x: &BlockQ4K) -> Q4KBlock {
 /// `sum(m_j * sum(q8 in sub-block j))` as 4 i32 lanes (ggml's `prod`), from `bsums`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn q4k_mins_prod(mins: __m128i, y: &BlockQ8K) -> __m128i {
+pub(crate) fn q4k_mins_prod(mins: __m128i, y: &BlockQ8K) -> __m128i {
     let q8sums = load_bytes32(&y.bsums);
     let q8s = _mm_hadd_epi16(
         _mm256_castsi256_si128(q8sums),

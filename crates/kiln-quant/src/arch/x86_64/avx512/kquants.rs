@@ -1,7 +1,7 @@
 //! AVX-512 dot products of Q4_K, Q5_K and Q6_K with `Q8_K` activations: the four- and
 //! eight-token GEMM micro-kernels, and for Q6_K also the single dot and the GEMV (four single
-//! dots). (Q4_K's and Q5_K's single dots, which cannot share a block's unpacking, measured
-//! slower than AVX2's and are not in the table.)
+//! dots). (Q4_K's single dot and GEMV are in `gemv.rs`; Q5_K's single dot, which cannot
+//! share a block's unpacking, measured slower than AVX2's and is not in the table.)
 //!
 //! Each keeps the float operations of the AVX2 kernels (`super::super::avx2::dot_k`, `dot_k2`) exactly:
 //! per super-block one exact 8-lane `i32` sum, converted to `f32` and `fma`-accumulated with

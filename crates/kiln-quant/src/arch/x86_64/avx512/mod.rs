@@ -19,8 +19,7 @@ use crate::types::WType::*;
 pub(crate) const fn table(parent: Kernels) -> Kernels {
     let mut k = Kernels::inherit(parent, Isa::Avx512);
     // Only kernels measured faster than the AVX2 ones they replace (docs/kernels.md).
-    k.set_dotr4(Q4_K, gemv::dotr4_q4_k);
-    k.set_dot4(Q4_K, kquants::dot4_q4_k);
+    k.set_dots(Q4_K, gemv::dot_q4_k, gemv::dotr4_q4_k, kquants::dot4_q4_k);
     k.set_dot8(Q4_K, kquants::dot8_q4_k);
     k.set_dot8r2_unpacked(
         Q4_K,
