@@ -272,6 +272,13 @@ impl Kernels {
         };
     }
 
+    /// Replaces only the GEMV tile (four rows × one token) of `w`: its dot stays the parent's,
+    /// and the tile must equal that dot bit for bit.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) const fn set_dotr4(&mut self, w: WType, dotr4: DotRowsFn) {
+        self.weights[w as usize].dotr4 = self.own(dotr4);
+    }
+
     /// Gives `w` an eight-token GEMM micro-kernel.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) const fn set_dot8(&mut self, w: WType, dot8: Dot8Fn) {
