@@ -384,6 +384,13 @@ impl Kernels {
                     isa: d8.isa,
                 });
             }
+            if let Some(t) = k.dot8r4_unpacked {
+                v.push(KernelImpl {
+                    kernel: "dot8r4",
+                    ty: w.ggml(),
+                    isa: t.isa,
+                });
+            }
             if let Some(isa) = k
                 .dot8r2
                 .map(|t| t.isa)

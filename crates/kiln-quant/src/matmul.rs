@@ -642,6 +642,7 @@ unsafe fn gemm_tile(
         },
     };
     let unpacked = wk.dot8_unpacked.map(|(u, d)| (u.f, d.f));
+    let unpacked4 = wk.dot8r4_unpacked.map(|t| t.f);
     let pair_unpacked = wk.dot8r2_unpacked;
     let nb = w.cols / w.ty.block_elems();
     let block_row_bytes = if unpacked.is_some() {
@@ -679,9 +680,26 @@ unsafe fn gemm_tile(
                     // SAFETY: kernels of a supported ISA; `dst` holds one block per block.
                     unsafe { unpack(w.row(r), dst) };
                 }
+                let row_bytes = nb * size_of::<BlockI8>();
+                let quads = if unpacked4.is_some() {
+                    (re - rb) / 4
+                } else {
+                    0
+                };
                 while take8(t) {
                     let a8 = rows_at(t, 8);
-                    for (r, wu) in (rb..re).zip(buf.chunks_exact(nb)) {
+                    if let Some(tile) = unpacked4 {
+                        for (k, wu) in buf.chunks_exact(4 * nb).take(quads).enumerate() {
+                            let mut o = [[0.0f32; 8]; 4];
+                            // SAFETY: as below; `wu` is rows `rb + 4k ..` unpacked, four
+                            // rows `row_bytes` apart.
+                            unsafe { tile(bytemuck::cast_slice(wu), row_bytes, a8, &mut o) };
+                            for (j, o) in o.into_iter().enumerate() {
+                                write8(t, rb + 4 * k + j, o);
+                            }
+                        }
+                    }
+                    for (r, wu) in (rb..re).zip(buf.chunks_exact(nb)).skip(4 * quads) {
                         let mut o = [0.0f32; 8];
                         // SAFETY: as below; `wu` is row `r` unpacked.
                         unsafe { dot8u(bytemuck::cast_slice(wu), a8, &mut o) };

@@ -41,6 +41,13 @@ pub(crate) type PairUnpackFn = unsafe fn(w: &[u8], row_bytes: usize, out: &mut [
 /// row `r`, token `t` bit for bit.
 pub(crate) type Dot8R2UnpackedFn = unsafe fn(wu: &[u8], a: ActRows<'_>, out: &mut [[f32; 8]; 2]);
 
+/// Dots of four consecutive rows unpacked to [`crate::blocks::BlockI8`] blocks (`w` holds
+/// them, `row_bytes` apart) with eight activation rows: the four-row tile over unpacked
+/// rows, which loads each activation vector once for the four rows. `out[r][t]` must equal
+/// [`DotFn`]'s result for row `r`, token `t` bit for bit.
+pub(crate) type Dot8R4UnpackedFn =
+    unsafe fn(w: &[u8], row_bytes: usize, a: ActRows<'_>, out: &mut [[f32; 8]; 4]);
+
 /// Unpacks a weight row into [`crate::blocks::BlockI8`] blocks (`out` holds one per block):
 /// the values and scales the type's dot kernels use, exactly.
 pub(crate) type UnpackFn = unsafe fn(w: &[u8], out: &mut [crate::blocks::BlockI8]);
@@ -199,6 +206,10 @@ pub(crate) struct WeightKernels {
     /// once per GEMM task (for all its tokens) and runs this instead of `dot8`; results
     /// equal `dot` bit for bit.
     pub(crate) dot8_unpacked: Option<(Imp<UnpackFn>, Imp<Dot8Fn>)>,
+    /// With `dot8_unpacked`, where one exists: the four-row × eight-token tile over rows
+    /// of the same unpacked layout (the driver then takes a row block's rows four at a time
+    /// with it, and the rest with `dot8_unpacked`'s kernel).
+    pub(crate) dot8r4_unpacked: Option<Imp<Dot8R4UnpackedFn>>,
     /// The two-row × eight-token tile, where one exists (then the driver takes weight rows
     /// two at a time with it, and an odd last row with `dot8`, which the type must have).
     pub(crate) dot8r2: Option<Imp<Dot8R2Fn>>,
@@ -284,6 +295,7 @@ impl Kernels {
     pub(crate) const fn set_dot8(&mut self, w: WType, dot8: Dot8Fn) {
         self.weights[w as usize].dot8 = Some(self.own(dot8));
         self.weights[w as usize].dot8_unpacked = None;
+        self.weights[w as usize].dot8r4_unpacked = None;
         self.weights[w as usize].dot8r2 = None;
         self.weights[w as usize].dot8r2_unpacked = None;
     }
@@ -342,10 +354,21 @@ impl Kernels {
         }
     }
 
+    /// Gives `w` a four-row × eight-token tile over the rows its `dot8_unpacked` unpacker
+    /// makes (set that first: a later `set_dot8_unpacked` or `set_dot8` removes the tile).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) const fn set_dot8r4_unpacked(&mut self, w: WType, tile: Dot8R4UnpackedFn) {
+        match self.weights[w as usize].dot8_unpacked {
+            Some(_) => self.weights[w as usize].dot8r4_unpacked = Some(self.own(tile)),
+            None => panic!("set_dot8r4_unpacked: the type has no row unpacker"),
+        }
+    }
+
     /// Gives `w` an eight-token GEMM micro-kernel over rows unpacked once per GEMM task.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) const fn set_dot8_unpacked(&mut self, w: WType, unpack: UnpackFn, dot8: Dot8Fn) {
         self.weights[w as usize].dot8_unpacked = Some((self.own(unpack), self.own(dot8)));
+        self.weights[w as usize].dot8r4_unpacked = None;
         self.weights[w as usize].dot8 = None;
         self.weights[w as usize].dot8r2 = None;
         self.weights[w as usize].dot8r2_unpacked = None;

@@ -143,6 +143,8 @@ const AVX512_KERNELS: &[(&str, GgmlType)] = &[
     ("dotr4", GgmlType::Q4_0),
     ("dotr4", GgmlType::Q5_0),
     ("dotr4", GgmlType::Q4_1),
+    ("dot8r4", GgmlType::Q4_0),
+    ("dot8r4", GgmlType::Q5_0),
     ("dot8", GgmlType::Q4_0),
     ("dot8", GgmlType::Q5_0),
     ("dot8", GgmlType::Q4_1),

@@ -111,6 +111,84 @@ pub(crate) fn dot8_i8(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
     *out = tile8_q8_0(w, ys, &a.sc8[..8 * w.len()], |x| unpack_i8(x));
 }
 
+/// The 4 × 8 GEMM tile over rows unpacked to [`BlockI8`] (Q4_0, Q5_0: values in −16..16),
+/// tokens `2p`, `2p + 1` sharing a `zmm` as in [`tile8_q8_0`]. The weights are read as the
+/// unsigned bytes `u = x + 16`, so one `vpdpbusd` forms a lane's quads against the raw
+/// activations with no sign trick, and the activation vector, like the offset term
+/// `16 · quads(y)` that starting each lane at its negation removes, is formed once for the
+/// four rows: per token pair and row, one `vpdpbusd`, a conversion, the scale placed, one
+/// `fma`. The lanes are AVX2's exact quads and each (row, token) pair sees
+/// [`tile8_q8_0`]'s float steps in its order (bit-identical to the single dot). A token
+/// pair's block holding an activation of −128 (only a non-finite input quantizes to it)
+/// takes the sign trick instead, which AVX2's −128 quirk needs.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn tile8r4_i8(w: [&[BlockI8]; 4], ys: [&[BlockQ8_0]; 8], sc8: &[f32]) -> [[f32; 8]; 4] {
+    let nb = w[0].len();
+    for r in &w {
+        assert_eq!(r.len(), nb);
+    }
+    for y in ys {
+        assert_eq!(y.len(), nb);
+    }
+    assert_eq!(sc8.len(), 8 * nb);
+    let zero = _mm512_setzero_si512();
+    let off = _mm512_set1_epi8(16);
+    let m128 = _mm512_set1_epi8(i8::MIN);
+    let idx: [__m512i; 4] = std::array::from_fn(|p| pair_index32(2 * p as i32, 2 * p as i32 + 1));
+    // acc[r][p]: row r, tokens 2p (lower half) and 2p + 1 (upper half).
+    let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+    for i in 0..nb {
+        let sc = load_f32x8(&sc8[8 * i..8 * i + 8]);
+        let wx: [__m512i; 4] =
+            std::array::from_fn(|r| _mm512_broadcast_i64x4(load256(&w[r][i].qs)));
+        let u: [__m512i; 4] = std::array::from_fn(|r| _mm512_add_epi8(wx[r], off));
+        // `dx * dy` for the eight tokens, per row (the AVX2 products).
+        let d8: [__m512; 4] = std::array::from_fn(|r| {
+            _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(w[r][i].d), sc))
+        });
+        let y: [__m512i; 4] =
+            std::array::from_fn(|p| join32(&ys[2 * p][i].qs, &ys[2 * p + 1][i].qs));
+        let quirk = y.iter().any(|&y| _mm512_cmpeq_epi8_mask(y, m128) != 0);
+        if !quirk {
+            for p in 0..4 {
+                let start = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, off, y[p]));
+                for r in 0..4 {
+                    let s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, u[r], y[p]));
+                    let d = _mm512_permutexvar_ps(idx[p], d8[r]);
+                    acc[r][p] = _mm512_fmadd_ps(d, s, acc[r][p]);
+                }
+            }
+        } else {
+            for p in 0..4 {
+                for r in 0..4 {
+                    let s = quads_ss(_mm512_abs_epi8(wx[r]), _mm512_movepi8_mask(wx[r]), y[p]);
+                    let d = _mm512_permutexvar_ps(idx[p], d8[r]);
+                    acc[r][p] = _mm512_fmadd_ps(d, s, acc[r][p]);
+                }
+            }
+        }
+    }
+    std::array::from_fn(|r| {
+        std::array::from_fn(|t| {
+            let (lo, hi) = halves_ps(acc[r][t / 2]);
+            hsum_f32x8(if t % 2 == 0 { lo } else { hi })
+        })
+    })
+}
+
+/// The four-row tile over unpacked rows (`w`: four rows of [`BlockI8`], `row_bytes` apart).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn dot8r4_i8(w: &[u8], row_bytes: usize, a: ActRows<'_>, out: &mut [[f32; 8]; 4]) {
+    let w: [&[BlockI8]; 4] =
+        std::array::from_fn(|r| as_blocks(&w[r * row_bytes..(r + 1) * row_bytes]));
+    *out = tile8r4_i8(
+        w,
+        rows_n::<8, BlockQ8_0>(&a, w[0].len()),
+        &a.sc8[..8 * w[0].len()],
+    );
+}
+
 // ---------------------------------------------------------------- Q4_1 × Q8_1
 
 /// Unsigned nibbles `qx` (both halves) against activations `y`: the quad sums, as floats.
@@ -316,4 +394,92 @@ fn rows_q4_1<const R: usize>(w: [&[BlockQ4_1]; R], y: &[BlockQ8_1]) -> [f32; R] 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) fn dotr4_q4_1(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32; 4]) {
     *out = rows_q4_1::<4>(weight_rows::<4, BlockQ4_1>(w, row_bytes), as_blocks(a));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::blocks::{F16Le, QK};
+
+    /// Deterministic bytes.
+    fn bytes(n: usize, mut s: u64) -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (s >> 33) as u8
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_four_row_tile_over_unpacked_rows_equals_the_one_row_kernel_bit_for_bit() {
+        if !crate::isa::Isa::Avx512.cpu_has() {
+            return;
+        }
+        let nb = 5;
+        // Four rows of Q5_0-range values (−16..16) with small scales.
+        let w: Vec<BlockI8> = (0..4 * nb)
+            .map(|i| {
+                let b = bytes(QK, i as u64 + 1);
+                BlockI8 {
+                    qs: std::array::from_fn(|k| (b[k] % 32) as i8 - 16),
+                    d: 0.01 + i as f32 * 0.001,
+                }
+            })
+            .collect();
+        // Eight activation rows of arbitrary bytes: −128 (which AVX2's sign trick treats
+        // specially) in about one byte of eight, so some token pairs' blocks hold one and
+        // some do not.
+        let mut a = Vec::new();
+        for t in 0..8 {
+            let raw = bytes(nb * QK, 100 + t);
+            for i in 0..nb {
+                let mut blk = BlockQ8_0 {
+                    d: F16Le(half::f16::from_f32(0.02 + t as f32 * 0.003).to_le_bytes()),
+                    qs: [0; QK],
+                };
+                for k in 0..QK {
+                    let v = raw[i * QK + k];
+                    blk.qs[k] = if v.is_multiple_of(8) && (i + t as usize).is_multiple_of(3) {
+                        i8::MIN
+                    } else {
+                        v as i8
+                    };
+                }
+                a.extend_from_slice(bytemuck::bytes_of(&blk));
+            }
+        }
+        let stride = nb * size_of::<BlockQ8_0>();
+        let sc: Vec<f32> = (0..8 * nb)
+            .map(|k| {
+                let blk: &BlockQ8_0 = bytemuck::from_bytes(&a[k * 34..k * 34 + 34]);
+                blk.d.to_f32()
+            })
+            .collect();
+        let mut sc8 = vec![0.0f32; 8 * nb];
+        crate::table::interleave8(&sc, nb, &mut sc8);
+        let rows = ActRows {
+            a: &a,
+            stride,
+            sc: &sc,
+            sc_stride: nb,
+            sc8: &sc8,
+            q8k8: &[],
+        };
+        let wb: &[u8] = bytemuck::cast_slice(&w);
+        let row_bytes = nb * size_of::<BlockI8>();
+        let mut got = [[0.0f32; 8]; 4];
+        // SAFETY: this CPU has AVX-512 (checked above).
+        unsafe { dot8r4_i8(wb, row_bytes, rows, &mut got) };
+        for (r, got) in got.iter().enumerate() {
+            let mut want = [0.0f32; 8];
+            // SAFETY: as above.
+            unsafe { dot8_i8(&wb[r * row_bytes..(r + 1) * row_bytes], rows, &mut want) };
+            for t in 0..8 {
+                assert_eq!(got[t].to_bits(), want[t].to_bits(), "row {r} token {t}");
+            }
+        }
+    }
 }

@@ -47,6 +47,8 @@ pub(crate) const fn table(parent: Kernels) -> Kernels {
     // Q4_0 and Q5_0 keep AVX2's row unpackers; the eight-token kernel over them is new.
     k.set_dot8_over_parent_unpack(Q4_0, legacy::dot8_i8);
     k.set_dot8_over_parent_unpack(Q5_0, legacy::dot8_i8);
+    k.set_dot8r4_unpacked(Q4_0, legacy::dot8r4_i8);
+    k.set_dot8r4_unpacked(Q5_0, legacy::dot8r4_i8);
     // 16-bit floats: the weights widened once per step for four or eight tokens.
     k.set_dot4(F16, float::dot4_f16);
     k.set_dot8(F16, float::dot8_f16);
