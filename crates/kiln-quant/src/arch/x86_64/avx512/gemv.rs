@@ -21,30 +21,10 @@
 
 use std::arch::x86_64::*;
 
-use super::util::dotr4_by_dot;
+use super::util::{dotr4_by_dot, dpwssd256};
 use crate::arch::x86_64::avx2::kquants::{q4k_block, q4k_mins_prod};
 use crate::arch::x86_64::avx2::util::{hsum_f32x4, hsum_f32x8, load_bytes32};
 use crate::blocks::{BlockQ4K, BlockQ8K, as_blocks};
-
-/// `vpdpwssd` on 256-bit vectors: `acc + a.lo16 * b.lo16 + a.hi16 * b.hi16` per `i32` lane,
-/// written as the instruction itself (the compiler otherwise splits it into `vpmaddwd` +
-/// `vpaddd`).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn dpwssd256(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
-    let mut acc = acc;
-    // SAFETY: a register-only instruction of AVX-512 VNNI + VL, which this function requires.
-    unsafe {
-        std::arch::asm!(
-            "vpdpwssd {acc}, {a}, {b}",
-            acc = inout(ymm_reg) acc,
-            a = in(ymm_reg) a,
-            b = in(ymm_reg) b,
-            options(pure, nomem, nostack, preserves_flags),
-        );
-    }
-    acc
-}
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) fn dot_q4_k(w: &[u8], a: &[u8]) -> f32 {

@@ -249,26 +249,6 @@ pub(crate) fn dot8_q4_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
     [*out] = tile8_q4_k([w], rows_n::<8, BlockQ8K>(&a, w.len()), a.sc8);
 }
 
-/// `vpdpwssd`: `acc + a.lo16 * b.lo16 + a.hi16 * b.hi16` per `i32` lane, as
-/// `_mm512_dpwssd_epi32`, written as the instruction itself: the compiler otherwise splits
-/// it into `vpmaddwd` + `vpaddd` (one more operation per use in the tile below).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
-    let mut acc = acc;
-    // SAFETY: a register-only instruction of AVX-512 VNNI, which this function requires.
-    unsafe {
-        std::arch::asm!(
-            "vpdpwssd {acc}, {a}, {b}",
-            acc = inout(zmm_reg) acc,
-            a = in(zmm_reg) a,
-            b = in(zmm_reg) b,
-            options(pure, nomem, nostack, preserves_flags),
-        );
-    }
-    acc
-}
-
 /// Bytes of one super-block of a Q4_K row pair unpacked by [`unpack_pair_q4_k`], as 15
 /// 64-byte lines: the eight sub-block vectors `q[g]` (lines 0–7: row 0's 32 values of
 /// sub-block `g` as bytes in the lower half, row 1's in the upper), the four scale pairs

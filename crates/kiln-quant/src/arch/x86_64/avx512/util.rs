@@ -189,3 +189,43 @@ macro_rules! dotr4_by_dot {
     };
 }
 pub(crate) use dotr4_by_dot;
+
+/// `vpdpwssd`: `acc + a.lo16 * b.lo16 + a.hi16 * b.hi16` per `i32` lane, as
+/// `_mm512_dpwssd_epi32`, written as the instruction itself: the compiler otherwise splits
+/// it into `vpmaddwd` + `vpaddd` (one more operation per use in the tiles).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+    let mut acc = acc;
+    // SAFETY: a register-only instruction of AVX-512 VNNI, which this function requires.
+    unsafe {
+        std::arch::asm!(
+            "vpdpwssd {acc}, {a}, {b}",
+            acc = inout(zmm_reg) acc,
+            a = in(zmm_reg) a,
+            b = in(zmm_reg) b,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    acc
+}
+
+/// `vpdpwssd` on 256-bit vectors: `acc + a.lo16 * b.lo16 + a.hi16 * b.hi16` per `i32` lane,
+/// written as the instruction itself (the compiler otherwise splits it into `vpmaddwd` +
+/// `vpaddd`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn dpwssd256(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+    let mut acc = acc;
+    // SAFETY: a register-only instruction of AVX-512 VNNI + VL, which this function requires.
+    unsafe {
+        std::arch::asm!(
+            "vpdpwssd {acc}, {a}, {b}",
+            acc = inout(ymm_reg) acc,
+            a = in(ymm_reg) a,
+            b = in(ymm_reg) b,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    acc
+}
