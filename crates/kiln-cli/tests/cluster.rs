@@ -6,16 +6,18 @@
 //! factor), as counted by the replicas themselves; `kv_aware` gets token ids from the replicas'
 //! render endpoint and its index, built from their events, matches them; and a
 //! replica SIGTERMed mid-run (`--shutdown-delay`, the router's health checks) loses no
-//! request. vllm-router is required (`pip install vllm-router`; `cargo xtask ci` installs
+//! request of a small multi-turn chat workload (conversations sharing a system prompt,
+//! each turn resending the conversation with the model's streamed answers). vllm-router is required (`pip install vllm-router`; `cargo xtask ci` installs
 //! it): without it these tests fail, naming it. The full-size run with TTFT figures is
 //! `cargo xtask bench cluster`.
 
 use std::path::PathBuf;
 
 use kiln_testkit::cluster::{
-    Policy, ReplicaSpec, Workload, router_available, run_drain, run_policy,
+    Documents, MultiTurn, Policy, ReplicaSpec, Workload, router_available, run_drain, run_policy,
 };
 
+/// Replicas for the documents workload.
 fn spec(tag: &str) -> ReplicaSpec {
     let model = kiln_testkit::model_path("smollm2-135m");
     let log_dir = std::env::temp_dir().join(format!("kiln-cluster-{tag}-{}", std::process::id()));
@@ -34,14 +36,38 @@ fn spec(tag: &str) -> ReplicaSpec {
 }
 
 fn workload() -> Workload {
-    Workload {
+    Workload::Documents(Documents {
         groups: 6,
         per_group: 8,
         prefix_words: 200,
         clients: 3,
         max_tokens: 4,
         seed: 7,
-    }
+    })
+}
+
+/// Six conversations of three turns (18 chat requests of about 500 to 700 prompt tokens),
+/// three clients with two open each, on replicas whose 68-block pools hold the system
+/// prompt and two conversations.
+fn chat() -> (ReplicaSpec, Workload) {
+    let spec = ReplicaSpec {
+        kv_memory: "24M".into(),
+        // A replica's pool must hold one whole context: 1024 tokens are 64 blocks.
+        ctx: 1024,
+        ..spec("drain")
+    };
+    let w = Workload::MultiTurn(MultiTurn {
+        conversations: 6,
+        turns: 3,
+        first_turn_words: 80,
+        turn_words: 30,
+        clients: 3,
+        active: 2,
+        think_ms: 200,
+        max_tokens: 8,
+        seed: 7,
+    });
+    (spec, w)
 }
 
 fn require_router() {
@@ -58,7 +84,7 @@ fn every_policy_completes_every_request_cache_aware_reuses_more_than_round_robin
     let w = workload();
     let runs: Vec<_> = Policy::ALL
         .into_iter()
-        .map(|p| run_policy(&spec, 3, p, &w).unwrap_or_else(|e| panic!("{}: {e}", p.name())))
+        .map(|p| run_policy(&spec, 3, p, &[], &w).unwrap_or_else(|e| panic!("{}: {e}", p.name())))
         .collect();
     for r in &runs {
         eprintln!("{}", serde_json::to_string(r).expect("json"));
@@ -69,7 +95,7 @@ fn every_policy_completes_every_request_cache_aware_reuses_more_than_round_robin
             r.policy.name(),
             r.failure_samples
         );
-        assert_eq!(r.requests, w.groups * w.per_group);
+        assert_eq!(r.requests, w.requests());
         assert_eq!(
             r.per_replica.iter().sum::<f64>(),
             r.requests as f64,
@@ -117,8 +143,7 @@ fn every_policy_completes_every_request_cache_aware_reuses_more_than_round_robin
 #[test]
 fn a_replica_sigtermed_mid_run_loses_no_request() {
     require_router();
-    let spec = spec("drain");
-    let w = workload();
+    let (spec, w) = chat();
     let d = run_drain(&spec, 3, Policy::RoundRobin, &w).expect("drain run");
     eprintln!("{}", serde_json::to_string(&d).expect("json"));
     assert_eq!(d.failures, 0, "{:#?}", d.failure_samples);

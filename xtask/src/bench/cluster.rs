@@ -1,9 +1,11 @@
 //! `cargo xtask bench cluster`: `--replicas` release `kiln serve` processes on loopback
 //! (small KV pools so that eviction matters, map-encoded KV events) behind the real
 //! vllm-router, once per policy (`round_robin`, `cache_aware`, `kv_aware` fed by the
-//! replicas' events), each policy with fresh replicas; a seeded shared-prefix workload
-//! (`--groups` documents × `--per-group` questions, shuffled, `--clients` concurrent
-//! streaming clients). Per policy: prefix tokens reused (the replicas' own
+//! replicas' events), each policy with fresh replicas; a seeded shared-prefix workload,
+//! by default multi-turn chat (`--conversations` × `--turns`, a shared system prompt, each
+//! turn resending the conversation with the model's answers, `--clients` concurrent
+//! streaming clients with `--active` conversations open each), or `--workload documents`
+//! (`--groups` documents × `--per-group` questions, shuffled). Per policy: prefix tokens reused (the replicas' own
 //! `kiln_prefix_cache_tokens_saved_total`, once per request, summed, after − before),
 //! requests per replica, preemptions (their re-admission lookups apart), failures, TTFT
 //! p50/p90/p99 to the first streamed text. Then the drain run: the same
@@ -18,8 +20,19 @@ use serde::Serialize;
 use crate::XtaskError;
 use crate::bench::common::{build_kiln, failed, out_dir, positive, report_header, write};
 use kiln_testkit::cluster::{
-    DrainRun, Policy, PolicyRun, ReplicaSpec, Workload, router_available, run_drain, run_policy,
+    Documents, DrainRun, MultiTurn, Policy, PolicyRun, ReplicaSpec, Workload, router_available,
+    run_drain, run_policy,
 };
+
+/// Which workload the clients replay.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkloadKind {
+    /// Chat conversations sharing a system prompt, each turn resending the whole
+    /// conversation with the model's answers (`/v1/chat/completions`).
+    MultiTurn,
+    /// Documents each asked several questions (`/v1/completions`), the former default.
+    Documents,
+}
 
 /// `cargo xtask bench cluster`: prefix-aware routing through vllm-router, and a drain.
 #[derive(clap::Args, Debug)]
@@ -30,14 +43,43 @@ pub struct ClusterArgs {
     /// Replicas.
     #[arg(long, default_value_t = 3, value_parser = positive)]
     replicas: usize,
-    /// Documents (shared prefixes).
+    /// The workload: `multi-turn` chat or `documents` × questions.
+    #[arg(long, value_enum, default_value_t = WorkloadKind::MultiTurn)]
+    workload: WorkloadKind,
+    /// multi-turn: conversations.
+    #[arg(long, default_value_t = 12, value_parser = positive)]
+    conversations: usize,
+    /// multi-turn: user turns per conversation (vLLM's multi-turn benchmark: 6 to 9).
+    #[arg(long, default_value_t = 6, value_parser = positive)]
+    turns: usize,
+    /// multi-turn: WikiText-2 words in a conversation's first user turn, the passage it
+    /// is about (300 words: about 400 tokens; vLLM's benchmark puts about 1000 unique
+    /// tokens in the first turn).
+    #[arg(long, default_value_t = 300, value_parser = positive)]
+    first_turn_words: usize,
+    /// multi-turn: WikiText-2 words in each later user turn (100 words with the question:
+    /// about 150 tokens; vLLM's benchmark: 120 to 160).
+    #[arg(long, default_value_t = 100, value_parser = positive)]
+    turn_words: usize,
+    /// multi-turn: conversations each client keeps open at once (three clients × 2: the six
+    /// active conversations of vLLM's benchmark).
+    #[arg(long, default_value_t = 2, value_parser = positive)]
+    active: usize,
+    /// multi-turn: mean milliseconds a client waits after each answer (exponential,
+    /// seeded). It stands for the users' reading time and, as many independent users do,
+    /// makes the clients' requests interleave in no fixed cycle (three closed-loop clients
+    /// without it take turns, and round robin then pins each client to one replica).
+    #[arg(long, default_value_t = 1000)]
+    think_ms: u64,
+    /// documents: documents (shared prefixes).
     #[arg(long, default_value_t = 6, value_parser = positive)]
     groups: usize,
-    /// Requests per document.
+    /// documents: requests per document.
     #[arg(long, default_value_t = 8, value_parser = positive)]
     per_group: usize,
-    /// Words per document (about 1.15 tokens each with SmolLM2's tokenizer: 800 words make
-    /// a prompt of about 950 tokens, a retrieved-context size; the question is about 20).
+    /// documents: words per document (about 1.15 tokens each with SmolLM2's tokenizer: 800
+    /// words make a prompt of about 950 tokens, a retrieved-context size; the question is
+    /// about 20).
     #[arg(long, default_value_t = 800, value_parser = positive)]
     prefix_words: usize,
     /// Concurrent streaming clients.
@@ -47,15 +89,17 @@ pub struct ClusterArgs {
     /// time decoding as served requests do, not only prefilling).
     #[arg(long, default_value_t = 64, value_parser = positive)]
     max_tokens: usize,
-    /// `--kv-memory` of each replica, sized by docs/scale-out.md's capacity rule: (documents
-    /// ÷ replicas) × document KV plus the running requests' own tokens. 51M: 145 blocks of 16
-    /// tokens of SmolLM2-135M (360 KiB each), two 60-block documents and three requests'
-    /// questions and answers; the cluster holds the six documents, one replica a third.
-    #[arg(long, default_value = "51M")]
-    kv_memory: String,
-    /// `--ctx-size` of each replica.
-    #[arg(long, default_value_t = 2048, value_parser = positive)]
-    ctx: usize,
+    /// `--kv-memory` of each replica, sized by docs/scale-out.md's capacity rule. Default
+    /// multi-turn 90M: 256 blocks of 16 tokens of SmolLM2-135M (360 KiB each): the system
+    /// prompt (25 blocks) and two of the six open conversations at their longest (about
+    /// 105 blocks each past it), the cluster's share per replica, not all six. Default
+    /// documents 51M: 145 blocks, two 60-block documents and three requests' questions and
+    /// answers; the cluster holds the six documents, one replica a third.
+    #[arg(long)]
+    kv_memory: Option<String>,
+    /// `--ctx-size` of each replica (default multi-turn 4096, documents 2048).
+    #[arg(long, value_parser = positive)]
+    ctx: Option<usize>,
     /// `--threads` of each replica.
     #[arg(long, default_value_t = 1, value_parser = positive)]
     threads: usize,
@@ -65,15 +109,62 @@ pub struct ClusterArgs {
     /// The policies compared (repeatable; default all three).
     #[arg(long = "policy", value_parser = Policy::parse)]
     policies: Vec<Policy>,
+    /// An argument for vllm-router's command line in the policy runs (repeatable; e.g.
+    /// `--router-arg=--cache-threshold --router-arg=0.5`), after the bench's own.
+    #[arg(long = "router-arg", allow_hyphen_values = true)]
+    router_args: Vec<String>,
     /// The policy of the drain run.
     #[arg(long, default_value = "round_robin", value_parser = Policy::parse)]
     drain_policy: Policy,
     /// Leave out the drain run.
     #[arg(long)]
     no_drain: bool,
-    /// Seed of the documents and the request order.
+    /// Seed of the texts and the request order.
     #[arg(long, default_value_t = 7)]
     seed: u64,
+}
+
+impl ClusterArgs {
+    fn workload(&self) -> Workload {
+        match self.workload {
+            WorkloadKind::MultiTurn => Workload::MultiTurn(MultiTurn {
+                conversations: self.conversations,
+                turns: self.turns,
+                first_turn_words: self.first_turn_words,
+                turn_words: self.turn_words,
+                clients: self.clients,
+                active: self.active,
+                think_ms: self.think_ms,
+                max_tokens: self.max_tokens,
+                seed: self.seed,
+            }),
+            WorkloadKind::Documents => Workload::Documents(Documents {
+                groups: self.groups,
+                per_group: self.per_group,
+                prefix_words: self.prefix_words,
+                clients: self.clients,
+                max_tokens: self.max_tokens,
+                seed: self.seed,
+            }),
+        }
+    }
+
+    fn kv_memory(&self) -> String {
+        self.kv_memory.clone().unwrap_or_else(|| {
+            match self.workload {
+                WorkloadKind::MultiTurn => "90M",
+                WorkloadKind::Documents => "51M",
+            }
+            .to_string()
+        })
+    }
+
+    fn ctx(&self) -> usize {
+        self.ctx.unwrap_or(match self.workload {
+            WorkloadKind::MultiTurn => 4096,
+            WorkloadKind::Documents => 2048,
+        })
+    }
 }
 
 #[derive(Serialize)]
@@ -81,6 +172,7 @@ struct Report {
     model: String,
     replicas: usize,
     kv_memory: String,
+    ctx: usize,
     workload: Workload,
     loadavg_before: String,
     loadavg_after: String,
@@ -106,20 +198,13 @@ pub fn run(a: &ClusterArgs) -> Result<(), XtaskError> {
     let spec = ReplicaSpec {
         bin: kiln.bin.clone(),
         model: a.model.clone(),
-        kv_memory: a.kv_memory.clone(),
-        ctx: a.ctx,
+        kv_memory: a.kv_memory(),
+        ctx: a.ctx(),
         threads: a.threads,
         shutdown_delay: a.shutdown_delay,
         log_dir: dir.clone(),
     };
-    let workload = Workload {
-        groups: a.groups,
-        per_group: a.per_group,
-        prefix_words: a.prefix_words,
-        clients: a.clients,
-        max_tokens: a.max_tokens,
-        seed: a.seed,
-    };
+    let workload = a.workload();
     let policies = if a.policies.is_empty() {
         Policy::ALL.to_vec()
     } else {
@@ -133,7 +218,7 @@ pub fn run(a: &ClusterArgs) -> Result<(), XtaskError> {
             p.name(),
             a.replicas
         );
-        let r = run_policy(&spec, a.replicas, p, &workload).map_err(cluster_err)?;
+        let r = run_policy(&spec, a.replicas, p, &a.router_args, &workload).map_err(cluster_err)?;
         eprintln!(
             "  reused {} of {} prompt tokens, {} preemptions, TTFT p50 {:.3} s p90 {:.3} s, {} failures, per replica {:?}",
             r.reused_tokens,
@@ -164,7 +249,8 @@ pub fn run(a: &ClusterArgs) -> Result<(), XtaskError> {
     let report = Report {
         model: a.model.clone(),
         replicas: a.replicas,
-        kv_memory: a.kv_memory.clone(),
+        kv_memory: a.kv_memory(),
+        ctx: a.ctx(),
         workload,
         loadavg_before,
         loadavg_after: loadavg(),
@@ -190,20 +276,14 @@ pub fn run(a: &ClusterArgs) -> Result<(), XtaskError> {
 }
 
 fn markdown(r: &Report, machine: &kiln_bench::Machine) -> String {
-    let w = &r.workload;
     let mut s = format!(
-        "# Cluster: {} replicas of {} behind vllm-router\n\n{}- workload: {} documents of {} words × {} questions ({} requests, seed {}), {} concurrent streaming clients, max_tokens {}\n- each replica: --kv-memory {}, map-encoded KV events\n- load average before/after: {} / {}\n\n",
+        "# Cluster: {} replicas of {} behind vllm-router\n\n{}- workload: {}\n- each replica: --kv-memory {} --ctx-size {}, map-encoded KV events\n- load average before/after: {} / {}\n\n",
         r.replicas,
         r.model,
         report_header(machine),
-        w.groups,
-        w.prefix_words,
-        w.per_group,
-        w.groups * w.per_group,
-        w.seed,
-        w.clients,
-        w.max_tokens,
+        r.workload.describe(),
         r.kv_memory,
+        r.ctx,
         r.loadavg_before,
         r.loadavg_after,
     );
@@ -220,9 +300,14 @@ fn markdown(r: &Report, machine: &kiln_bench::Machine) -> String {
             |b| format!("{:.2}", p.reused_tokens / b),
         );
         let per: Vec<String> = p.per_replica.iter().map(|n| format!("{n}")).collect();
+        let name = if p.router_args.is_empty() {
+            p.policy.name().to_string()
+        } else {
+            format!("{} (`{}`)", p.policy.name(), p.router_args.join(" "))
+        };
         s.push_str(&format!(
             "| {} | {} | {} | {:.0}% | {:.0} ms | {:.0} ms | {} | {} | {} |\n",
-            p.policy.name(),
+            name,
             p.reused_tokens,
             ratio,
             100.0 * p.reused_tokens / p.query_tokens.max(1.0),

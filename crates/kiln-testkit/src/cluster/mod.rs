@@ -9,25 +9,27 @@
 //!   own entry point) with one [`Policy`], fast health checks, and for `kv_aware` one
 //!   `--kv-event-source` per replica; a missing vllm-router is a [`ClusterError`] naming
 //!   `pip install vllm-router`;
-//! - [`Workload`]: groups of requests sharing a long document prefix with distinct
-//!   questions after it, in a seeded shuffled order, streamed by a few concurrent clients;
-//!   [`run`] measures TTFT (to the first chunk with text) and counts failures;
+//! - [`Workload`] (module `workload`): multi-turn chat conversations sharing a system prompt
+//!   ([`MultiTurn`]), or documents each asked several questions ([`Documents`]), streamed by
+//!   a few concurrent clients that measure TTFT (to the first chunk with text) and count
+//!   failures;
 //! - [`Counters`]: prefix tokens reused (once per request) and requests, summed from every
 //!   replica's own `/metrics` (`kiln_prefix_cache_tokens_saved_total`,
 //!   `kiln_requests_total`), and preemptions with their re-admission lookups apart.
 
-use std::io::{BufRead, BufReader};
+mod workload;
+
+pub use workload::{Documents, Failure, MultiTurn, Outcome, SYSTEM_PROMPT, Workload};
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use serde_json::{Value, json};
 
-use crate::soak::{Rng, metric};
+use crate::soak::metric;
 
 /// What went wrong starting or driving the cluster.
 #[derive(Debug, thiserror::Error)]
@@ -435,11 +437,14 @@ impl Router {
     /// `/health`. Health checks every second, one failure takes a replica out of rotation
     /// (keep that below the replicas' shutdown delay); `kv_aware` subscribes to each
     /// replica's events, 16-token blocks.
+    /// `extra` goes to the router's command line after everything else (a policy's own
+    /// settings, `--cache-threshold 0.5` say).
     pub fn start(
         policy: Policy,
         replicas: &Replicas,
         model: &str,
         log_dir: &Path,
+        extra: &[String],
     ) -> Result<Router, ClusterError> {
         router_available()?;
         let port = free_port()?;
@@ -474,6 +479,7 @@ impl Router {
             }
             cmd.args(["--kv-event-block-size", "16", "--kv-event-model", model]);
         }
+        cmd.args(extra);
         let log = log_dir.join(format!("router-{}.log", policy.name()));
         let mut proc = Proc::spawn(
             format!("vllm-router --policy {}", policy.name()),
@@ -546,227 +552,6 @@ impl RouterCounters {
     }
 }
 
-/// The shared-prefix workload.
-#[derive(Clone, Debug, Serialize)]
-pub struct Workload {
-    /// Documents; every request of a group starts with the same document.
-    pub groups: usize,
-    /// Requests per group, each with its own question after the document.
-    pub per_group: usize,
-    /// Words of each document (about 1.3 tokens each with SmolLM2's tokenizer).
-    pub prefix_words: usize,
-    /// Concurrent clients.
-    pub clients: usize,
-    /// `max_tokens` of each request.
-    pub max_tokens: usize,
-    pub seed: u64,
-}
-
-const WORDS: [&str; 48] = [
-    "river",
-    "bridge",
-    "stone",
-    "market",
-    "harbour",
-    "winter",
-    "lantern",
-    "orchard",
-    "granite",
-    "canal",
-    "tower",
-    "meadow",
-    "copper",
-    "village",
-    "signal",
-    "ferry",
-    "archive",
-    "quarry",
-    "mill",
-    "valley",
-    "ledger",
-    "beacon",
-    "timber",
-    "chapel",
-    "garden",
-    "station",
-    "forge",
-    "island",
-    "cellar",
-    "harvest",
-    "compass",
-    "engine",
-    "thread",
-    "furnace",
-    "summit",
-    "tunnel",
-    "pasture",
-    "glacier",
-    "workshop",
-    "courtyard",
-    "railway",
-    "marsh",
-    "school",
-    "library",
-    "factory",
-    "theatre",
-    "border",
-    "pier",
-];
-
-impl Workload {
-    /// The document of group `g`: a title naming it (so groups share no block) and
-    /// seeded words.
-    pub fn document(&self, g: usize) -> String {
-        let mut rng = Rng::new(self.seed ^ (0x9e37 + g as u64 * 0x1000_0001));
-        let mut s = format!("Document {g}. Notes from the town records, volume {g}:");
-        for i in 0..self.prefix_words {
-            s.push(' ');
-            s.push_str(WORDS[rng.below(WORDS.len())]);
-            if i % 12 == 11 {
-                s.push('.');
-            }
-        }
-        s
-    }
-
-    /// Every request as (group, prompt), in a seeded shuffled order.
-    pub fn requests(&self) -> Vec<(usize, String)> {
-        let docs: Vec<String> = (0..self.groups).map(|g| self.document(g)).collect();
-        let mut v: Vec<(usize, String)> = (0..self.per_group)
-            .flat_map(|q| {
-                docs.iter().enumerate().map(move |(g, d)| {
-                    (
-                        g,
-                        format!(
-                            "{d}\nQuestion {q}: what does the record say about item {q}?\nAnswer:"
-                        ),
-                    )
-                })
-            })
-            .collect();
-        let mut rng = Rng::new(self.seed);
-        for i in (1..v.len()).rev() {
-            v.swap(i, rng.below(i + 1));
-        }
-        v
-    }
-}
-
-/// One request that did not complete.
-#[derive(Clone, Debug, Serialize)]
-pub struct Failure {
-    pub index: usize,
-    pub what: String,
-}
-
-/// What the clients saw.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Outcome {
-    pub sent: usize,
-    pub completed: usize,
-    pub failures: Vec<Failure>,
-    /// Seconds from sending to the first chunk with text, per completed request.
-    pub ttft: Vec<f64>,
-    pub seconds: f64,
-}
-
-/// Streams one completion; TTFT in seconds, or what went wrong.
-fn stream_one(
-    agent: &ureq::Agent,
-    url: &str,
-    prompt: &str,
-    max_tokens: usize,
-) -> Result<f64, String> {
-    let body = json!({
-        "prompt": prompt,
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "stream": true,
-    });
-    let t = Instant::now();
-    let resp = agent
-        .post(format!("{url}/v1/completions"))
-        .header("content-type", "application/json")
-        .send(body.to_string().as_bytes())
-        .map_err(|e| format!("transport: {e}"))?;
-    let status = resp.status().as_u16();
-    if status != 200 {
-        let mut resp = resp;
-        let text = resp.body_mut().read_to_string().unwrap_or_default();
-        return Err(format!("status {status}: {}", text.trim()));
-    }
-    let mut ttft = None;
-    let mut done = false;
-    for line in BufReader::new(resp.into_body().into_reader()).lines() {
-        let line = line.map_err(|e| format!("stream broken: {e}"))?;
-        let Some(data) = line.strip_prefix("data: ") else {
-            continue;
-        };
-        if data.trim() == "[DONE]" {
-            done = true;
-            break;
-        }
-        let v: Value =
-            serde_json::from_str(data).map_err(|e| format!("bad chunk {data:?}: {e}"))?;
-        if v.get("error").is_some() {
-            return Err(format!("error chunk: {data}"));
-        }
-        if ttft.is_none()
-            && v["choices"][0]["text"]
-                .as_str()
-                .is_some_and(|s| !s.is_empty())
-        {
-            ttft = Some(t.elapsed().as_secs_f64());
-        }
-    }
-    if !done {
-        return Err("stream ended without [DONE]".into());
-    }
-    // A completion whose every token is empty text still completed; its TTFT is its end.
-    Ok(ttft.unwrap_or_else(|| t.elapsed().as_secs_f64()))
-}
-
-/// Runs `workload` through `url` with its concurrent clients. `on_completed(n)` is called
-/// (from a client thread) after the n-th completion, for faults injected mid-run.
-pub fn run(url: &str, workload: &Workload, on_completed: &(dyn Fn(usize) + Sync)) -> Outcome {
-    let requests = workload.requests();
-    let next = AtomicUsize::new(0);
-    let done = AtomicUsize::new(0);
-    let out = Arc::new(Mutex::new(Outcome {
-        sent: requests.len(),
-        ..Outcome::default()
-    }));
-    let t = Instant::now();
-    std::thread::scope(|s| {
-        for _ in 0..workload.clients.max(1) {
-            s.spawn(|| {
-                let agent = agent(Duration::from_secs(600));
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some((_, prompt)) = requests.get(i) else {
-                        break;
-                    };
-                    let r = stream_one(&agent, url, prompt, workload.max_tokens);
-                    {
-                        let mut o = out.lock().unwrap_or_else(|e| e.into_inner());
-                        match r {
-                            Ok(ttft) => {
-                                o.completed += 1;
-                                o.ttft.push(ttft);
-                            }
-                            Err(what) => o.failures.push(Failure { index: i, what }),
-                        }
-                    }
-                    on_completed(done.fetch_add(1, Ordering::Relaxed) + 1);
-                }
-            });
-        }
-    });
-    let mut o = out.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    o.seconds = t.elapsed().as_secs_f64();
-    o
-}
-
 /// Nearest-rank percentile `p` (0–100) of `v`, NaN when empty.
 pub fn percentile(v: &[f64], p: f64) -> f64 {
     let mut v = v.to_vec();
@@ -782,6 +567,8 @@ pub fn percentile(v: &[f64], p: f64) -> f64 {
 #[derive(Clone, Debug, Serialize)]
 pub struct PolicyRun {
     pub policy: Policy,
+    /// What the router's command line had beyond the bench's own settings.
+    pub router_args: Vec<String>,
     pub requests: usize,
     pub failures: usize,
     /// Prompt tokens served from the prefix cache, once per request, summed over the
@@ -805,17 +592,19 @@ pub struct PolicyRun {
     pub failure_samples: Vec<Failure>,
 }
 
-/// Fresh replicas, the router with `policy`, the workload, the counters differenced.
+/// Fresh replicas, the router with `policy` (and `router_args`, see [`Router::start`]), the
+/// workload, the counters differenced.
 pub fn run_policy(
     spec: &ReplicaSpec,
     replicas: usize,
     policy: Policy,
+    router_args: &[String],
     workload: &Workload,
 ) -> Result<PolicyRun, ClusterError> {
     let reps = Replicas::start(spec, replicas, policy.name())?;
-    let router = Router::start(policy, &reps, &spec.model, &spec.log_dir)?;
+    let router = Router::start(policy, &reps, &spec.model, &spec.log_dir, router_args)?;
     let before = reps.counters()?;
-    let o = run(&router.url(), workload, &|_| {});
+    let o = workload.run(&router.url(), &|_| {});
     let after = reps.counters()?;
     let router_counters = router.counters();
     let diff: Vec<Counters> = after
@@ -825,6 +614,7 @@ pub fn run_policy(
         .collect();
     Ok(PolicyRun {
         policy,
+        router_args: router_args.to_vec(),
         requests: o.sent,
         failures: o.failures.len(),
         reused_tokens: diff.iter().map(|c| c.reused_tokens).sum(),
@@ -900,14 +690,13 @@ pub fn run_drain(
     workload: &Workload,
 ) -> Result<DrainRun, ClusterError> {
     let mut reps = Replicas::start(spec, replicas, &format!("drain-{}", policy.name()))?;
-    let router = Router::start(policy, &reps, &spec.model, &spec.log_dir)?;
-    let total = workload.groups * workload.per_group;
-    let at = (total / 3).max(1);
+    let router = Router::start(policy, &reps, &spec.model, &spec.log_dir, &[])?;
+    let at = (workload.requests() / 3).max(1);
     let victim_url = reps.list[0].url();
     let signalled: Mutex<Option<Signalled>> = Mutex::new(None);
     let pid = reps.list[0].pid();
     let o = std::thread::scope(|s| {
-        run(&router.url(), workload, &|n| {
+        workload.run(&router.url(), &|n| {
             if n == at {
                 let before = Counters::read(&victim_url).unwrap_or_default();
                 let sent = reps.list[0].sigterm().map_err(|e| e.to_string());
