@@ -6,7 +6,8 @@
 //! target would have produced it.
 //!
 //! - Draft sources ([`DraftSource`]): n-gram / prompt lookup ([`NgramDrafter`]: the longest
-//!   recent suffix of the text seen earlier, and what followed it) and a draft model
+//!   recent suffix of the text seen earlier, and what followed it, carried across the
+//!   output's edits of the copied text) and a draft model
 //!   sharing the target's vocabulary ([`DraftModel`], checked by [`check_vocab`]).
 //! - Verification ([`SpecDecoder::step`]): greedy keeps a draft while it equals the
 //!   target's choice; sampling uses [`kiln_sample::Sampler::verify_draft`]'s rejection rule,
