@@ -4,8 +4,10 @@
 //! For an f16 cache there are llama.cpp's two arithmetics of CPU flash attention, chosen per
 //! row as llama.cpp chooses them (see `crate::model::PROMPT_ATTENTION_MIN_ROWS`):
 //! - **one-row** (decode, short prompts; llama.cpp's `one_chunk` path): the query is rounded
-//!   to f16, each score is an f16·f16 dot product accumulated in f32, and the weighted sum of
-//!   values is accumulated in f16 with one rounding per multiply-add;
+//!   to f16, each score is an f16·f16 dot product accumulated in f32 in the order of ggml's
+//!   `ggml_vec_dot_f16` (`kiln_quant::attn::AttnKernels::scores_rows_f16_split`: 64 lane
+//!   sums folded by a fixed tree), and the weighted sum of values is accumulated in f16 with
+//!   one rounding per multiply-add;
 //! - **prompt** (rows of a prompt of 64 tokens or more; llama.cpp's tiled path): the query
 //!   stays f32, the f16 keys and values are widened exactly, scores are fused f32 dot
 //!   products and the values are accumulated in f32; for a float cache with K and V of one
@@ -469,10 +471,12 @@ fn run_tile(
     let kq = kiln_quant::kernels();
     // With soft-capping (Gemma 2) a score is `c · tanh(dot · scale / c)`; the division is
     // folded into the scale as ggml does.
+    // A query already scaled (`ModelConfig::scale_query`) takes scores unscaled.
     let softcap = cfg.attn_softcap;
+    let score_scale = if cfg.scale_query { 1.0 } else { cfg.attn_scale };
     let scale = match softcap {
-        Some(c) => cfg.attn_scale / c,
-        None => cfg.attn_scale,
+        Some(c) => score_scale / c,
+        None => score_scale,
     };
     let qab = if k_type.is_float() {
         0
@@ -571,6 +575,10 @@ fn run_tile(
         let sc = &mut slot.scores[..rows * nk];
         let qs = &slot.q[..rows * hd];
         match (k16, k32) {
+            // The one-row arithmetic sums each score in ggml's `vec_dot_f16` order.
+            (Some(k), _) if !seq.prompt => {
+                ak.scores_rows_f16_split(qs, hd, k, &slot.pages_k[..np], bs, scale, sc)
+            }
             (Some(k), _) => ak.scores_rows_f16(qs, hd, k, &slot.pages_k[..np], bs, scale, sc),
             (_, Some(k)) => ak.scores_rows_f32(qs, hd, k, &slot.pages_k[..np], bs, scale, sc),
             _ => {

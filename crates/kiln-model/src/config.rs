@@ -64,6 +64,12 @@ pub struct ModelConfig {
     /// Multiplier applied to the attention scores (`1/sqrt(head_dim)` unless the
     /// architecture says otherwise).
     pub attn_scale: f32,
+    /// `attn_scale` multiplies the query (in f32, after RoPE, before attention rounds it)
+    /// rather than each score, as llama.cpp's graphs for Gemma and Phi apply it. The two
+    /// differ in rounding: the f16 query of the one-row arithmetic is rounded after the
+    /// scaling (small elements scaled into the f16 subnormal range lose bits), and a scale
+    /// that is not a power of two rounds every query element.
+    pub scale_query: bool,
     /// RMSNorm or LayerNorm.
     pub norm: NormKind,
     /// Attention and feed-forward read the same normalised input and their outputs are
@@ -244,6 +250,7 @@ pub(crate) fn common_config_with(
         n_ctx_train: arch_opt_usize(md, arch, "context_length")?.unwrap_or(2048),
         activation,
         attn_scale: 1.0 / (head_dim as f32).sqrt(),
+        scale_query: false,
         norm,
         parallel_residual: false,
         attn_softcap: None,

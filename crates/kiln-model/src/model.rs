@@ -980,6 +980,10 @@ impl Pass<'_> {
             }
         }
         tr.tensor(TracePoint::layer("Qcur", il), &s.q[..n * qd], n);
+        if cfg.scale_query {
+            // In f32 before attention, as llama.cpp's graph scales it (see the field).
+            s.q[..n * qd].iter_mut().for_each(|v| *v *= cfg.attn_scale);
+        }
 
         let Batch { rows, starts, .. } = self.batch;
         let mut t0 = 0;

@@ -483,8 +483,13 @@ fn check_fixture(name: &str, bounds: &[(&str, f64)]) {
 // Bounds: the worst relative RMS difference over the layers measured on this prompt, with
 // about 1.5x headroom. Measured (attn_norm, Qcur, kqv_out, l_out, logits):
 // SmolLM2 0.029, 0.025, 0.072, 0.022, 0.016; Qwen2.5-Coder 0.032, 0.012, 0.056, 0.026,
-// 0.030; Gemma 3 0.129, 0.117, 0.237, 0.107, 0.074 (its larger residual stream, scaled by
-// the embedding factor, carries the rounding of 8-bit activations further).
+// 0.030; Gemma 3 0.132, 0.115, 0.246, 0.107, 0.118 (its larger residual stream, scaled by
+// the embedding factor, carries the rounding of 8-bit activations further). Gemma 3's
+// logits were 0.074 before the fast path took ggml's remaining roundings (the one-row
+// scores in `vec_dot_f16` order, fused RoPE and softmax-sum steps, the fused step in the
+// GELU table, the query scaled before attention): its first layers are now bit-identical
+// to llama.cpp b10573's on short prompts, and the bound follows the new measurement with
+// the same headroom as the others.
 
 #[test]
 fn smollm2_llama_fast_path_tracks_the_f32_reference_layer_by_layer() {
@@ -523,7 +528,7 @@ fn gemma3_fast_path_tracks_the_f32_reference_layer_by_layer() {
             ("Qcur", 0.18),
             ("kqv_out", 0.35),
             ("l_out", 0.16),
-            ("logits", 0.11),
+            ("logits", 0.18),
         ],
     );
 }

@@ -86,6 +86,10 @@ fn run_python(name: &str, source: &str) -> (bool, String) {
 /// (`<|repo_name|>myproject`, `<|file_sep|>filename`) only while the context exceeds its
 /// batch size plus twice `n_predict` (`-c 2048` with the default `-b 2048` drops it and
 /// answers differently); Kiln always sends it, so the prompt token counts are equal.
+/// `reverse_words` is held to llama-server's text though that text does not pass the file's
+/// check (the model returns the reversed list, and the suffix's `return " ".join(words)`
+/// is never reached): the comparison is with llama.cpp, the check only where its answer
+/// passes.
 const LLAMA_SERVER_N_INDENT: &[(&str, &str, &str, u64, &str)] = &[
     (
         "average",
@@ -101,7 +105,17 @@ const LLAMA_SERVER_N_INDENT: &[(&str, &str, &str, u64, &str)] = &[
         99,
         "    for i in range(2, int(n**0.5) + 1):\n        if n % i == 0:\n            return False\n    return True\n",
     ),
+    (
+        "reverse_words",
+        "def reverse_words(sentence):\n    \"\"\"Return the words of sentence in reverse order, joined by single spaces.\"\"\"\n    words = sentence.split()\n",
+        "    return \" \".join(words)\n\n\nassert reverse_words(\"a b  c\") == \"c b a\"\nprint(\"infill ok\")\n",
+        65,
+        "    return words[::-1]\n",
+    ),
 ];
+
+/// The cases of [`LLAMA_SERVER_N_INDENT`] whose completed file passes its own check.
+const PASSES_CHECK: &[&str] = &["average", "is_prime"];
 
 /// llama-server's greedy `/infill` answer to PREFIX/SUFFIX with `n_predict: 64` and no
 /// `n_indent` (same server and settings as above, 81 prompt tokens): the body, then the
@@ -126,9 +140,11 @@ fn infill_with_n_indent_gives_llama_servers_body_and_the_file_runs_and_passes_it
             v["usage"]["prompt_tokens"], prompt_tokens,
             "{name}: llama-server's prompt"
         );
-        let source = format!("{prefix}{middle}{suffix}");
-        let (ok, out) = run_python(name, &source);
-        assert!(ok && out.contains("infill ok"), "{source}\n---\n{out}");
+        if PASSES_CHECK.contains(&name) {
+            let source = format!("{prefix}{middle}{suffix}");
+            let (ok, out) = run_python(name, &source);
+            assert!(ok && out.contains("infill ok"), "{source}\n---\n{out}");
+        }
     }
 }
 

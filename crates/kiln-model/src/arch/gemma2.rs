@@ -79,6 +79,7 @@ pub(super) fn build_gemma(
         cfg.head_dim
     };
     cfg.attn_scale = attn_scale(md, arch, scale_dim)?;
+    cfg.scale_query = true;
     cfg.attn_softcap = arch_opt_f32(md, arch, "attn_logit_softcapping")?;
     cfg.final_logit_softcap = arch_opt_f32(md, arch, "final_logit_softcapping")?;
     cfg.validate()?;

@@ -39,6 +39,8 @@ pub(crate) static PHI2: ArchDescriptor = ArchDescriptor {
 fn build(md: &Metadata, store: &WeightStore) -> Result<ModelSpec, ModelError> {
     let mut cfg = plain_gelu_config(md, NAME, RopeStyle::Neox)?;
     cfg.parallel_residual = true;
+    // llama.cpp's graph scales the query, not the scores.
+    cfg.scale_query = true;
     // Parallel blocks: the FFN reads the attention norm's output.
     let opts = BlockTensors {
         ffn_norm: false,

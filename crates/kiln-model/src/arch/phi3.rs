@@ -30,7 +30,9 @@ pub(crate) static PHI3: ArchDescriptor = ArchDescriptor {
 };
 
 fn build(md: &Metadata, store: &WeightStore) -> Result<ModelSpec, ModelError> {
-    let cfg = common_config(md, NAME, RopeStyle::Neox, Activation::Silu)?;
+    let mut cfg = common_config(md, NAME, RopeStyle::Neox, Activation::Silu)?;
+    // llama.cpp's graph scales the query, not the scores.
+    cfg.scale_query = true;
     cfg.validate()?;
     if store.has("rope_factors_long.weight") || store.has("rope_factors_short.weight") {
         return Err(ModelError::UnsupportedRopeScaling {

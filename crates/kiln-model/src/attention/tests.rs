@@ -50,8 +50,8 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
 /// Attention over contiguous f16 K/V (token-major rows of all KV heads) in llama.cpp's two
 /// arithmetics (see the module docs of `attention.rs`), as [`plain_attention`] over the
 /// values widened (exactly) to f32:
-/// - one-row (`prompt == false`): f16 query, sequential f32 sum of exact products, f16
-///   accumulator (one rounding per multiply-add);
+/// - one-row (`prompt == false`): f16 query, exact products summed in ggml's
+///   `vec_dot_f16` order, f16 accumulator (one rounding per multiply-add);
 /// - prompt: f32 query, sequential fused dot with the widened keys, f32 accumulator, the
 ///   softmax tile by tile over the chunks of a cache with `bs`-token pages.
 fn plain_f16(
@@ -74,10 +74,21 @@ fn plain_f16(
                 .zip(kj)
                 .fold(-0.0f32, |acc, (a, b)| a.mul_add(b.to_f32(), acc))
         } else {
-            qh.iter()
+            // ggml's `vec_dot_f16` order: 64 lane sums folded by its fixed tree, the last
+            // `hd mod 64` products added in f64.
+            let p: Vec<f32> = qh
+                .iter()
                 .zip(kj)
                 .map(|(&a, b)| f16::from_f32(a).to_f32() * b.to_f32())
-                .sum()
+                .collect();
+            let np = hd / 64 * 64;
+            let lane = |r: usize| (r..np).step_by(64).fold(0.0f32, |acc, d| acc + p[d]);
+            let acc = |l: usize| (lane(l) + lane(l + 32)) + (lane(l + 16) + lane(l + 48));
+            let quarter = |i: usize| (acc(i) + acc(i + 8)) + (acc(i + 4) + acc(i + 12));
+            let tree = (quarter(0) + quarter(2)) + (quarter(1) + quarter(3));
+            p[np..]
+                .iter()
+                .fold(f64::from(tree), |s, &x| s + f64::from(x)) as f32
         }
     };
     let v: Vec<f32> = v.iter().map(|x| x.to_f32()).collect();
@@ -205,7 +216,7 @@ fn plain_attention<A: Acc>(
                 for (a, &x) in acc.iter_mut().zip(vj) {
                     *a = A::set(x.mul_add(vs, a.get()));
                 }
-                sum = sum * ms + vs;
+                sum = sum.mul_add(ms, vs);
             }
             let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
             for (o, a) in out[t * nh * hdv + h * hdv..][..hdv].iter_mut().zip(&acc) {

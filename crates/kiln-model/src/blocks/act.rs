@@ -11,12 +11,15 @@ pub(crate) fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
 
-/// GELU with the tanh approximation, as ggml's `gelu` and HF's `gelu_pytorch_tanh`.
+/// GELU with the tanh approximation, as ggml's `gelu` and HF's `gelu_pytorch_tanh`, with
+/// ggml's roundings: its `1 + a·x·x` compiles to one fused step (`fma(a·x, x, 1)`; C
+/// compilers contract it wherever the CPU has FMA), which moves one entry of the f16 table
+/// (at −1.999, by one f16 step) and so every FFN activation whose gate rounds there.
 #[inline]
 pub(crate) fn gelu_tanh(x: f32) -> f32 {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
     const COEF_A: f32 = 0.044_715;
-    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + COEF_A * x * x)).tanh())
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (COEF_A * x).mul_add(x, 1.0)).tanh())
 }
 
 /// GELU-tanh of every f16 value, rounded to f16: ggml's CPU backend evaluates GELU by
@@ -120,5 +123,18 @@ mod tests {
         assert!((gelu_tanh(0.0)).abs() < 1e-7);
         assert!((gelu_tanh(1.0) - 0.841_192).abs() < 1e-5);
         assert!((gelu_tanh(-1.0) + 0.158_808).abs() < 1e-5);
+    }
+
+    /// The one entry of the f16 table where the fused step of ggml's `1 + a·x·x` changes the
+    /// result: llama.cpp (b10573, x86-64 with FMA) gives -0.0455017 (f16 `0xa9d3`) at
+    /// -1.9990234 (its Gemma-3 FFN activations there, divided by `up`, are that value);
+    /// the unfused `1 + a·x·x` lands the f32 GELU on the other side of the f16 midpoint,
+    /// -0.0454712 (`0xa9d2`).
+    #[test]
+    fn the_gelu_table_rounds_as_ggml_builds_it_with_fma() {
+        let table = gelu_f16_table();
+        let x = f16::from_f32(-1.999_023_4);
+        assert_eq!(table[x.to_bits() as usize], f16::from_f32(-0.045_501_71));
+        assert_eq!(f16::from_f32(-0.045_501_71).to_bits(), 0xa9d3);
     }
 }

@@ -34,8 +34,8 @@ pub(crate) fn rope_apply(
                 for i in 0..n_rot / 2 {
                     let (c, s) = (table[2 * i], table[2 * i + 1]);
                     let (x0, x1) = (head[2 * i], head[2 * i + 1]);
-                    head[2 * i] = x0 * c - x1 * s;
-                    head[2 * i + 1] = x0 * s + x1 * c;
+                    head[2 * i] = x0.mul_add(c, -(x1 * s));
+                    head[2 * i + 1] = x0.mul_add(s, x1 * c);
                 }
             }
             RopeStyle::Neox => {
@@ -43,8 +43,8 @@ pub(crate) fn rope_apply(
                 for i in 0..half {
                     let (c, s) = (table[2 * i], table[2 * i + 1]);
                     let (x0, x1) = (head[i], head[i + half]);
-                    head[i] = x0 * c - x1 * s;
-                    head[i + half] = x0 * s + x1 * c;
+                    head[i] = x0.mul_add(c, -(x1 * s));
+                    head[i + half] = x0.mul_add(s, x1 * c);
                 }
             }
         }

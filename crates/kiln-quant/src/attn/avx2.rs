@@ -12,6 +12,8 @@ use std::arch::x86_64::*;
 
 use half::f16;
 
+use super::scalar::SPLIT_STEP;
+
 /// Rounds eight floats to f16 and back (`vcvtps2ph` with round-to-nearest-even).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -531,6 +533,126 @@ pub(super) fn scores_rows_f32(
     out: &mut [f32],
 ) {
     scores_rows(q, hd, k, pages, bs, scale, out)
+}
+
+/// Lane sum `r` of [`super::scalar::dot_f16_split`] for the eight keys of a group at `src`:
+/// dimensions `r, r + 64, …` below `np`, fused from `+0.0`.
+///
+/// # Safety
+/// Dimension rows `d < np` of the group lie in a checked page of `kp`'s slice.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn split_lane(
+    q: &[f32],
+    kp: *const f16,
+    src: usize,
+    bs: usize,
+    r: usize,
+    np: usize,
+) -> __m256 {
+    let mut a = _mm256_setzero_ps();
+    for d in (r..np).step_by(SPLIT_STEP) {
+        // SAFETY: the caller's contract.
+        let kv = unsafe { load_f16x8(kp.add(src + d * bs)) };
+        a = _mm256_fmadd_ps(_mm256_set1_ps(q[d]), kv, a);
+    }
+    a
+}
+
+/// Lane `i < 4` of the folded accumulators of [`super::scalar::dot_f16_split`], eight keys
+/// at a time.
+///
+/// # Safety
+/// As [`split_lane`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn split_quarter(
+    q: &[f32],
+    kp: *const f16,
+    src: usize,
+    bs: usize,
+    i: usize,
+    np: usize,
+) -> __m256 {
+    // SAFETY: the caller's contract, passed on.
+    let acc = |l: usize| unsafe {
+        let a = _mm256_add_ps(
+            split_lane(q, kp, src, bs, l, np),
+            split_lane(q, kp, src, bs, l + 32, np),
+        );
+        let b = _mm256_add_ps(
+            split_lane(q, kp, src, bs, l + 16, np),
+            split_lane(q, kp, src, bs, l + 48, np),
+        );
+        _mm256_add_ps(a, b)
+    };
+    _mm256_add_ps(
+        _mm256_add_ps(acc(i), acc(i + 8)),
+        _mm256_add_ps(acc(i + 4), acc(i + 12)),
+    )
+}
+
+/// [`super::scalar::scores_rows_f16_split`]: each group of eight keys one register, every
+/// lane the oracle's tree of lane sums; the f64 tail (head sizes not a multiple of 64) and
+/// slots past the last whole group of eight go key by key through the oracle's steps.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn scores_rows_f16_split(
+    q: &[f32],
+    hd: usize,
+    k: &[f16],
+    pages: &[usize],
+    bs: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let n = pages.len() * bs;
+    let gpp = bs / 8;
+    let np = hd / SPLIT_STEP * SPLIT_STEP;
+    let sc = _mm256_set1_ps(scale);
+    let kp = k.as_ptr();
+    for (qr, o) in q.chunks_exact(hd).zip(out.chunks_exact_mut(n)) {
+        for g in 0..pages.len() * gpp {
+            let (src, at) = group(pages, bs, gpp, g);
+            // SAFETY: the group's dimension rows `d < hd` lie in its page, which the wrapper
+            // checked is inside `k`.
+            let sum = unsafe {
+                _mm256_add_ps(
+                    _mm256_add_ps(
+                        split_quarter(qr, kp, src, bs, 0, np),
+                        split_quarter(qr, kp, src, bs, 2, np),
+                    ),
+                    _mm256_add_ps(
+                        split_quarter(qr, kp, src, bs, 1, np),
+                        split_quarter(qr, kp, src, bs, 3, np),
+                    ),
+                )
+            };
+            let o8 = &mut o[at..at + 8];
+            if np == hd {
+                // SAFETY: `o8` holds exactly 8 floats.
+                unsafe { _mm256_storeu_ps(o8.as_mut_ptr(), _mm256_mul_ps(sum, sc)) };
+            } else {
+                let mut lanes = [0.0f32; 8];
+                // SAFETY: `lanes` holds eight floats.
+                unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), sum) };
+                for (j, (o, &l)) in o8.iter_mut().zip(&lanes).enumerate() {
+                    let mut s = f64::from(l);
+                    for (d, &qd) in qr.iter().enumerate().skip(np) {
+                        s += f64::from(qd * k[src + d * bs + j].to_f32());
+                    }
+                    *o = s as f32 * scale;
+                }
+            }
+        }
+        if gpp * 8 < bs {
+            for (&page, o) in pages.iter().zip(o.chunks_exact_mut(bs)) {
+                for (slot, o) in o.iter_mut().enumerate().skip(gpp * 8) {
+                    *o = super::scalar::dot_f16_split(qr, |d| k[page + d * bs + slot].to_f32())
+                        * scale;
+                }
+            }
+        }
+    }
 }
 
 /// Accumulator rows per block of the many-row accumulators: each value register loaded

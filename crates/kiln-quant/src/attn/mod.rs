@@ -11,6 +11,14 @@
 //!   is a fused multiply-add. Keys are stored *dimension-major* within a page
 //!   (`k[d·bs + slot]`), so the SIMD kernels run eight keys per register, each lane its own
 //!   sequential sum: no horizontal reduction, and the scalar loop is the exact oracle.
+//!   The one-row arithmetic's scores ([`AttnKernels::scores_rows_f16_split`]) are summed
+//!   instead in the order of ggml's `ggml_vec_dot_f16` as built for AVX-512 — the kernel
+//!   its one-row flash attention calls for every score, and the build llama.cpp's
+//!   references were made with: dimension `d < hd − hd mod 64` into lane sum `d mod 64`
+//!   (four accumulators of sixteen lanes), the 64 lane sums folded by a fixed tree, the
+//!   remaining dimensions added in f64. (Its AVX2 build sums in yet another order, eight
+//!   lanes and a horizontal add; no order is right on every build, and this one makes the
+//!   attention output of a short prompt bit-identical to the references' build.)
 //! - **Values** ([`AttnKernels::accum_f16`], [`AttnKernels::accum_f32`]): given, per key, the
 //!   rescale factor `ms` (1 unless the key raised the running maximum) and the weight `vs`,
 //!   the accumulator becomes `acc = round(acc · ms)` (when `ms ≠ 1`) then
@@ -40,6 +48,7 @@
 //! | kernel | scalar | avx2 | avx512 |
 //! |---|---|---|---|
 //! | `round_f16`, `scores_f16`, `scores_f32`, `accum_f16`, `accum_f32` | ✓ (oracle) | ✓ (bit-identical) | avx2's |
+//! | `scores_rows_f16_split` (one-row scores, ggml's `vec_dot_f16` order) | ✓ (oracle) | ✓ (bit-identical; eight keys a register; the f64 tail and slots past whole groups of eight by the oracle's steps) | avx2's |
 //! | `scores_rows_*`, `accum_rows_*` (many rows over the same pages) | ✓ (the one-row oracle, row by row) | ✓ (bit-identical; each loaded key or value serves four rows) | ✓ (bit-identical; 16 keys a register, up to 8 rows per key load; 4 rows × 64 dimensions of accumulator in registers; avx2's for pages or value rows not a multiple of 16) |
 //! | `softmax_weights` (tile softmax, [`exp`]) | ✓ (oracle) | ✓ (bit-identical) | ✓ (bit-identical) |
 //! | `softmax_online` (key-by-key softmax, [`expf`]) | ✓ (oracle) | ✓ (the oracle with FMA instructions) | ✓ (bit-identical; sixteen keys a step under the running maximum, `expf` on eight `f64` lanes) |
@@ -143,6 +152,7 @@ pub struct AttnKernels {
     accum_f32: (Isa, AccumF32Fn),
     accum_f16_f32: (Isa, AccumF16F32Fn),
     scores_rows_f16: (Isa, ScoresRowsFn<f16>),
+    scores_rows_f16_split: (Isa, ScoresRowsFn<f16>),
     scores_rows_f32: (Isa, ScoresRowsFn<f32>),
     accum_rows_f16: (Isa, AccumRowsFn<f16, f16>),
     accum_rows_f32: (Isa, AccumRowsFn<f32, f32>),
@@ -160,6 +170,7 @@ static SCALAR: AttnKernels = AttnKernels {
     accum_f32: (Isa::Scalar, scalar::accum_f32),
     accum_f16_f32: (Isa::Scalar, scalar::accum_f16_f32),
     scores_rows_f16: (Isa::Scalar, scalar::scores_rows_f16),
+    scores_rows_f16_split: (Isa::Scalar, scalar::scores_rows_f16_split),
     scores_rows_f32: (Isa::Scalar, scalar::scores_rows_f32),
     accum_rows_f16: (Isa::Scalar, scalar::accum_rows_f16),
     accum_rows_f32: (Isa::Scalar, scalar::accum_rows_f32),
@@ -178,6 +189,7 @@ static AVX2: AttnKernels = AttnKernels {
     accum_f32: (Isa::Avx2, avx2::accum_f32),
     accum_f16_f32: (Isa::Avx2, avx2::accum_f16_f32),
     scores_rows_f16: (Isa::Avx2, avx2::scores_rows_f16),
+    scores_rows_f16_split: (Isa::Avx2, avx2::scores_rows_f16_split),
     scores_rows_f32: (Isa::Avx2, avx2::scores_rows_f32),
     accum_rows_f16: (Isa::Avx2, avx2::accum_rows_f16),
     accum_rows_f32: (Isa::Avx2, avx2::accum_rows_f32),
@@ -255,6 +267,7 @@ impl AttnKernels {
             ("accum_f32", self.accum_f32.0),
             ("accum_f16_f32", self.accum_f16_f32.0),
             ("scores_rows_f16", self.scores_rows_f16.0),
+            ("scores_rows_f16_split", self.scores_rows_f16_split.0),
             ("scores_rows_f32", self.scores_rows_f32.0),
             ("accum_rows_f16", self.accum_rows_f16.0),
             ("accum_rows_f32", self.accum_rows_f32.0),
@@ -411,6 +424,37 @@ impl AttnKernels {
         check_pages(pages, hd * bs, k.len());
         // SAFETY: as in `scores_f16`.
         unsafe { (self.scores_rows_f16.1)(q, hd, k, pages, bs, scale, out) }
+    }
+
+    /// The scores of the one-row arithmetic: as [`AttnKernels::scores_rows_f16`] (rows of
+    /// f16-rounded queries against the same pages of f16 keys, `out[r·n..]`), each score's
+    /// dot product summed in the order of ggml's `ggml_vec_dot_f16` in its AVX-512 build
+    /// rather than sequentially: 64 lane sums (dimension `d` into lane `d mod 64`) folded by
+    /// a fixed tree, then the last `hd mod 64` dimensions in f64 (see the module docs).
+    ///
+    /// # Panics
+    /// As [`AttnKernels::scores_rows_f16`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn scores_rows_f16_split(
+        &self,
+        q: &[f32],
+        hd: usize,
+        k: &[f16],
+        pages: &[usize],
+        bs: usize,
+        scale: f32,
+        out: &mut [f32],
+    ) {
+        check_rows(
+            q.len(),
+            hd,
+            out.len(),
+            pages.len() * bs,
+            "scores_rows_f16_split",
+        );
+        check_pages(pages, hd * bs, k.len());
+        // SAFETY: as in `scores_f16`.
+        unsafe { (self.scores_rows_f16_split.1)(q, hd, k, pages, bs, scale, out) }
     }
 
     /// [`AttnKernels::scores_rows_f16`] for f32 keys (each row as [`AttnKernels::scores_f32`]).

@@ -36,6 +36,60 @@ pub(super) fn scores_f16(
     }
 }
 
+/// Dimensions per step of [`dot_f16_split`]: four accumulators of sixteen lanes.
+pub(super) const SPLIT_STEP: usize = 64;
+
+/// One score of the one-row arithmetic (f16-rounded query, f16 key `k(d)` widened): the sum
+/// in the order of ggml's `ggml_vec_dot_f16` as built for AVX-512 (`F32Cx16`, no
+/// `avx512fp16`), the build the llama.cpp references come from. Dimension `d` of the first
+/// `np = hd − hd mod 64` goes to lane sum `d mod 64` (from `+0.0`, in dimension order); the
+/// 64 lane sums are combined by a fixed tree — accumulators `j` and `j + 2`, then the two
+/// results, then the sixteen lanes as `_mm512_reduce_add_ps` folds them (upper eight onto
+/// lower eight, upper four onto lower four, lanes `i` and `i + 2`, the last two) — and the
+/// remaining dimensions are added in f64, in order, before the one rounding to f32. Every
+/// product is exact in f32 (two f16 values), so each step is a single rounding.
+#[inline(always)]
+pub(super) fn dot_f16_split(q: &[f32], k: impl Fn(usize) -> f32) -> f32 {
+    let np = q.len() / SPLIT_STEP * SPLIT_STEP;
+    let lane = |r: usize| {
+        let mut a = 0.0f32;
+        for d in (r..np).step_by(SPLIT_STEP) {
+            a = q[d].mul_add(k(d), a);
+        }
+        a
+    };
+    // Lane `l` of the folded accumulators: ((acc0 + acc2) + (acc1 + acc3))[l].
+    let acc = |l: usize| (lane(l) + lane(l + 32)) + (lane(l + 16) + lane(l + 48));
+    // Lane `i < 4` after the eight- and four-lane folds.
+    let quarter = |i: usize| (acc(i) + acc(i + 8)) + (acc(i + 4) + acc(i + 12));
+    let mut sum = f64::from((quarter(0) + quarter(2)) + (quarter(1) + quarter(3)));
+    for (d, &qd) in q.iter().enumerate().skip(np) {
+        sum += f64::from(qd * k(d));
+    }
+    sum as f32
+}
+
+/// Row after row, key after key, [`dot_f16_split`]: the definition of the one-row score
+/// kernels.
+pub(super) fn scores_rows_f16_split(
+    q: &[f32],
+    hd: usize,
+    k: &[f16],
+    pages: &[usize],
+    bs: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let n = pages.len() * bs;
+    for (qr, o) in q.chunks_exact(hd).zip(out.chunks_exact_mut(n)) {
+        for (&page, o) in pages.iter().zip(o.chunks_exact_mut(bs)) {
+            for (slot, o) in o.iter_mut().enumerate() {
+                *o = dot_f16_split(qr, |d| k[page + d * bs + slot].to_f32()) * scale;
+            }
+        }
+    }
+}
+
 pub(super) fn scores_f32(
     q: &[f32],
     k: &[f32],
@@ -401,10 +455,11 @@ pub(super) fn softmax_online(
 ) -> (f32, f32) {
     for ((&x, m), v) in s.iter().zip(ms.iter_mut()).zip(vs.iter_mut()) {
         if x > max {
-            // New maximum: rescale what was accumulated; this value's weight is 1.
+            // New maximum: rescale what was accumulated; this value's weight is 1. One
+            // fused step, as ggml's `S = S*ms + vs` compiles (contracted to an FMA).
             let e = expf(max - x);
             max = x;
-            sum = sum * e + 1.0;
+            sum = sum.mul_add(e, 1.0);
             *m = e;
             *v = 1.0;
         } else {

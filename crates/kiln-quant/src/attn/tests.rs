@@ -199,6 +199,11 @@ fn check_rows_case(rows: usize, hd: usize, dv: usize, bs: usize, n_pages: usize,
         SCALAR.scores_f16(qr, &k16, &pages, bs, scale, &mut one16[o.clone()]);
         SCALAR.scores_f32(qr, &k32, &pages, bs, scale, &mut one32[o]);
     }
+    // The one-row arithmetic's scores: f16-rounded queries, ggml's `vec_dot_f16` order.
+    let mut q16 = vec![0.0; rows * hd];
+    SCALAR.round_f16(&q, &mut q16);
+    let mut split = vec![0.0; rows * n_keys];
+    SCALAR.scores_rows_f16_split(&q16, hd, &k16, &pages, bs, scale, &mut split);
 
     // Keys `first..first + n` with a row stride longer than `n`; each row its own weights.
     let first = (seed as usize) % (n_keys / 2 + 1);
@@ -257,6 +262,12 @@ fn check_rows_case(rows: usize, hd: usize, dv: usize, bs: usize, n_pages: usize,
         let mut got = vec![0.0; rows * n_keys];
         k.scores_rows_f16(&q, hd, &k16, &pages, bs, scale, &mut got);
         assert_eq!(bits(&got), bits(&one16), "{isa} scores_rows_f16 {what}");
+        k.scores_rows_f16_split(&q16, hd, &k16, &pages, bs, scale, &mut got);
+        assert_eq!(
+            bits(&got),
+            bits(&split),
+            "{isa} scores_rows_f16_split {what}"
+        );
         k.scores_rows_f32(&q, hd, &k32, &pages, bs, scale, &mut got);
         assert_eq!(bits(&got), bits(&one32), "{isa} scores_rows_f32 {what}");
         let mut a16: Vec<f16> = acc0.iter().map(|&x| f16::from_f32(x)).collect();
@@ -587,5 +598,36 @@ fn simd_expf_equals_the_scalar_expf_across_its_range() {
         for (i, (a, b)) in vs.iter().zip(&wvs).enumerate() {
             assert_eq!(a.to_bits(), b.to_bits(), "{} expf({})", k.isa(), s[i]);
         }
+    }
+}
+
+/// ggml's `ggml_vec_dot_f16` order, written out for one key of 64 + 3 dimensions: lane sum
+/// `l` is dimension `l` alone, the lanes fold as accumulators `j` and `j + 2`, then the two
+/// results, then the sixteen lanes as `_mm512_reduce_add_ps` folds them, and the last three
+/// dimensions are added in f64. One product of 2^24 and the rest 1: added one by one each 1
+/// rounds away (ties to even), while the tree adds them up among themselves first.
+#[test]
+fn split_scores_sum_in_ggml_vec_dot_f16_order() {
+    let hd = 67;
+    let q: Vec<f32> = (0..hd).map(|d| if d == 0 { 4096.0 } else { 1.0 }).collect();
+    let k: Vec<f16> = (0..hd)
+        .map(|d| f16::from_f32(if d == 0 { 4096.0 } else { 1.0 }))
+        .collect();
+    let p: Vec<f32> = (0..hd).map(|d| q[d] * k[d].to_f32()).collect();
+    let acc = |l: usize| (p[l] + p[l + 32]) + (p[l + 16] + p[l + 48]);
+    let quarter = |i: usize| (acc(i) + acc(i + 8)) + (acc(i + 4) + acc(i + 12));
+    let tree = (quarter(0) + quarter(2)) + (quarter(1) + quarter(3));
+    let want = ((f64::from(tree) + f64::from(p[64])) + f64::from(p[65]) + f64::from(p[66])) as f32;
+    let sequential: f32 = p.iter().sum();
+    assert_ne!(
+        want.to_bits(),
+        sequential.to_bits(),
+        "the case tells the orders apart"
+    );
+    // Dimension-major keys: one page of one slot.
+    for kern in std::iter::once(&SCALAR).chain(fast_tables()) {
+        let mut out = [0.0f32];
+        kern.scores_rows_f16_split(&q, hd, &k, &[0], 1, 1.0, &mut out);
+        assert_eq!(out[0].to_bits(), want.to_bits(), "{}", kern.isa());
     }
 }
