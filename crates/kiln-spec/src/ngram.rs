@@ -298,48 +298,52 @@ mod tests {
         assert_eq!(out, [5, 6]);
     }
 
-    #[test]
-    fn re_syncs_the_copy_after_an_edited_token() {
-        let mut d = NgramDrafter::new(1, 16);
-        let mut out = Vec::new();
-        // The output copies the file but writes 101 where the file has the comment token
-        // 100: without a re-sync only the one-token match of 101 would be drafted from.
+    /// A drafter, and the text "the file, its copy up to `copied` tokens, then `tail`".
+    fn copying(copied: usize, tail: &[u32]) -> (NgramDrafter, Vec<u32>) {
         let f = file();
         let mut h = f.clone();
-        h.extend_from_slice(&f[..7]);
-        h.push(101);
+        h.extend_from_slice(&f[..copied]);
+        h.extend_from_slice(tail);
+        (NgramDrafter::new(1, 16), h)
+    }
+
+    /// The copy with the first line's comment token written as 101 and followed past the
+    /// edit (the re-sync's draft accepted), so the substitution 100 → 101 is remembered;
+    /// with the draft made at that point.
+    fn with_confirmed_substitution() -> (NgramDrafter, Vec<u32>, Vec<u32>) {
+        let (mut d, mut h) = copying(7, &[101]);
+        let mut out = Vec::new();
+        d.draft(&h, 4, &mut out);
+        h.extend_from_slice(&file()[8..14]);
+        out.clear();
+        d.draft(&h, 4, &mut out);
+        assert_eq!(d.substitutions(), &[(100, 101)]);
+        (d, h, out)
+    }
+
+    #[test]
+    fn re_syncs_the_copy_after_an_edited_token() {
+        // The output copies the file but writes 101 where the file has the comment token
+        // 100: without a re-sync only the one-token match of 101 would be drafted from.
+        let (mut d, h) = copying(7, &[101]);
+        let mut out = Vec::new();
         let m = d.draft(&h, 6, &mut out);
         assert!(m >= NgramDrafter::SYNC_MIN, "match {m}");
-        assert_eq!(out, f[8..14]);
+        assert_eq!(out, file()[8..14]);
     }
 
     #[test]
     fn re_syncs_over_two_edited_tokens() {
-        let mut d = NgramDrafter::new(1, 16);
+        let (mut d, h) = copying(7, &[101, 55]);
         let mut out = Vec::new();
-        let f = file();
-        let mut h = f.clone();
-        h.extend_from_slice(&f[..7]);
-        h.extend([101, 55]);
         d.draft(&h, 4, &mut out);
-        assert_eq!(out, f[9..13]);
+        assert_eq!(out, file()[9..13]);
     }
 
     #[test]
     fn an_edit_the_output_followed_is_drafted_where_the_source_repeats_it() {
-        let mut d = NgramDrafter::new(1, 16);
-        let mut out = Vec::new();
-        let f = file();
-        let mut h = f.clone();
-        h.extend_from_slice(&f[..7]);
-        h.push(101);
-        d.draft(&h, 4, &mut out);
-        // The output follows the copy past the edit (the re-sync's draft was accepted).
-        h.extend_from_slice(&f[8..14]);
-        out.clear();
         // Drafting up to the next comment line writes it with the output's token.
-        d.draft(&h, 4, &mut out);
-        assert_eq!(d.substitutions(), &[(100, 101)]);
+        let (mut d, mut h, mut out) = with_confirmed_substitution();
         assert_eq!(out, [101, 40, 41, 42]);
         // Matching counts the substitute as the source token: the whole copy matches.
         h.extend([101, 40]);
@@ -350,14 +354,11 @@ mod tests {
 
     #[test]
     fn an_insertion_is_not_remembered_as_a_substitution() {
-        let mut d = NgramDrafter::new(1, 16);
-        let mut out = Vec::new();
-        let f = file();
-        let mut h = f.clone();
-        h.extend_from_slice(&f[..6]);
         // The output inserts 77 (taken for a substitution of the file's next token, 10, at
         // first) and then goes on with the file where it left it.
-        h.push(77);
+        let f = file();
+        let (mut d, mut h) = copying(6, &[77]);
+        let mut out = Vec::new();
         d.draft(&h, 2, &mut out);
         assert_eq!(out, f[7..9]);
         h.extend_from_slice(&f[6..9]);
@@ -369,19 +370,10 @@ mod tests {
 
     #[test]
     fn a_substitution_is_forgotten_when_the_output_writes_the_source_token() {
-        let mut d = NgramDrafter::new(1, 16);
-        let mut out = Vec::new();
-        let f = file();
-        let mut h = f.clone();
-        h.extend_from_slice(&f[..7]);
-        h.push(101);
-        d.draft(&h, 4, &mut out);
-        h.extend_from_slice(&f[8..14]);
-        d.draft(&h, 4, &mut out);
-        assert_eq!(d.substitutions(), &[(100, 101)]);
+        let (mut d, mut h, _) = with_confirmed_substitution();
         // The next line keeps the file's comment token.
         h.extend([100, 40]);
-        out.clear();
+        let mut out = Vec::new();
         d.draft(&h, 2, &mut out);
         assert!(d.substitutions().is_empty());
         assert_eq!(out, [41, 42]);
