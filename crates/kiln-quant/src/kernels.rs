@@ -27,20 +27,22 @@ use kiln_format::GgmlType;
 use crate::error::QuantError;
 use crate::isa::{Isa, IsaError};
 use crate::table::{
-    ActRows, Kernels, Q8K8_BLOCK_BYTES, WeightKernels, act_scale_count, act_scales, interleave8,
-    interleave8_q8k,
+    ActRows, Kernels, WeightKernels, act_scale_count, act_scales, interleave8, interleave8_q8k,
+    interleave8_q80, lay8_group_bytes,
 };
 use crate::types::{AType, WType};
 
-/// Eight Q8_K activation rows laid out as the matmul scratch lays them out for the
-/// eight-token kernels (`interleave8_q8k`); empty for other activation types.
-fn q8k8_of(wt: WType, a: &[u8], stride: usize) -> Vec<u8> {
-    if wt.act() != AType::Q8_K {
-        return Vec::new();
+/// Eight activation rows laid out as the matmul scratch lays them out for the eight-token
+/// kernels (`lay8`: `interleave8_q8k`, `interleave8_q80`); empty for other activation types.
+fn lay8_of(wt: WType, a: &[u8], stride: usize) -> Vec<u8> {
+    let at = wt.act();
+    let nb = stride / at.ggml().block_bytes();
+    let mut out = vec![0u8; lay8_group_bytes(at, nb)];
+    match at {
+        AType::Q8_K => interleave8_q8k(a, stride, nb, &mut out),
+        AType::Q8_0 => interleave8_q80(a, stride, nb, &mut out),
+        _ => {}
     }
-    let nb = stride / size_of::<crate::blocks::BlockQ8K>();
-    let mut out = vec![0u8; nb * Q8K8_BLOCK_BYTES];
-    interleave8_q8k(a, stride, nb, &mut out);
     out
 }
 
@@ -190,7 +192,7 @@ impl Kernels {
             sc: &sc,
             sc_stride,
             sc8: &[],
-            q8k8: &[],
+            lay8: &[],
         };
         let mut out = [0.0; 4];
         // SAFETY: as in `quantize_activations`; lengths checked above.
@@ -206,7 +208,7 @@ impl Kernels {
         let wt = wtype(ty)?;
         let (sc, stride, sc_stride) = act_rows_checked::<8>(wt, ty, w, a)?;
         let k = &self.weights[wt as usize];
-        let q8k8 = q8k8_of(wt, a, stride);
+        let lay8 = lay8_of(wt, a, stride);
         let mut out = [0.0; 8];
         if let Some((unpack, d8)) = k.dot8_unpacked {
             let mut sc8 = vec![0.0f32; 8 * sc_stride];
@@ -217,7 +219,7 @@ impl Kernels {
                 sc: &sc,
                 sc_stride,
                 sc8: &sc8,
-                q8k8: &q8k8,
+                lay8: &lay8,
             };
             let mut wu = vec![crate::blocks::BlockI8::zeroed(); w.len() / ty.block_bytes()];
             // SAFETY: as in `quantize_activations`; `wu` holds one unpacked block per block.
@@ -237,7 +239,7 @@ impl Kernels {
                     sc: &sc,
                     sc_stride,
                     sc8: &sc8,
-                    q8k8: &q8k8,
+                    lay8: &lay8,
                 };
                 // SAFETY: as in `quantize_activations`; lengths checked above.
                 unsafe { (d8.f)(w, rows, &mut out) }
@@ -250,7 +252,7 @@ impl Kernels {
                         sc: &sc[4 * half * sc_stride..4 * (half + 1) * sc_stride],
                         sc_stride,
                         sc8: &[],
-                        q8k8: &[],
+                        lay8: &[],
                     };
                     let mut o = [0.0; 4];
                     // SAFETY: as above; `part` is four of the checked rows.
@@ -286,14 +288,14 @@ impl Kernels {
         let (sc, stride, sc_stride) = act_rows_checked::<8>(wt, ty, &w[..rb], a)?;
         let mut sc8 = vec![0.0f32; 8 * sc_stride];
         interleave8(&sc, sc_stride, &mut sc8);
-        let q8k8 = q8k8_of(wt, a, stride);
+        let lay8 = lay8_of(wt, a, stride);
         let rows = ActRows {
             a,
             stride,
             sc: &sc,
             sc_stride,
             sc8: &sc8,
-            q8k8: &q8k8,
+            lay8: &lay8,
         };
         let mut out = [[0.0; 8]; 2];
         if let Some(tile) = k.dot8r2 {
@@ -321,6 +323,59 @@ impl Kernels {
             let k = &self.weights[wt as usize];
             k.dot8r2.is_some() || k.dot8r2_unpacked.is_some()
         })
+    }
+
+    /// The four-row GEMM tile: dots of four weight rows (laid end to end in `w`) with eight
+    /// activation rows (laid end to end in `a`); `out[r][t]` equals [`Kernels::dot`] of row
+    /// `r` and token `t` bit for bit. Types without the tile in this table
+    /// ([`Kernels::has_dot8r4`]) answer with four [`Kernels::dot8`] calls, as the matmul
+    /// driver does.
+    pub fn dot8r4(&self, ty: GgmlType, w: &[u8], a: &[u8]) -> Result<[[f32; 8]; 4], QuantError> {
+        let wt = wtype(ty)?;
+        let total = elems_in(ty, w.len())?;
+        if total % 4 != 0 || !(total / 4).is_multiple_of(ty.block_elems()) {
+            return Err(QuantError::BadShape {
+                type_name: ty.name(),
+                what: "weight bytes (not four whole rows)",
+                expected: w.len() / 4 * 4,
+                actual: w.len(),
+            });
+        }
+        let rb = w.len() / 4;
+        let Some(q) = self.weights[wt as usize].dot8r4_grouped else {
+            let mut out = [[0.0; 8]; 4];
+            for (r, o) in out.iter_mut().enumerate() {
+                *o = self.dot8(ty, &w[r * rb..(r + 1) * rb], a)?;
+            }
+            return Ok(out);
+        };
+        let (sc, stride, sc_stride) = act_rows_checked::<8>(wt, ty, &w[..rb], a)?;
+        let mut sc8 = vec![0.0f32; 8 * sc_stride];
+        interleave8(&sc, sc_stride, &mut sc8);
+        let lay8 = lay8_of(wt, a, stride);
+        let rows = ActRows {
+            a,
+            stride,
+            sc: &sc,
+            sc_stride,
+            sc8: &sc8,
+            lay8: &lay8,
+        };
+        // As the matmul driver: the four rows unpacked, then the tile over them.
+        let mut wu = vec![0u8; q.group_bytes(rb / ty.block_bytes())];
+        let mut out = [[0.0; 8]; 4];
+        // SAFETY: as in `quantize_activations`; lengths checked above (`w` is four rows of
+        // `rb` bytes, `a` eight activation rows of their length, `wu` the group's layout).
+        unsafe {
+            (q.unpack.f)(w, rb, &mut wu);
+            (q.tile.f)(&wu, rows, &mut out);
+        }
+        Ok(out)
+    }
+
+    /// Whether this table has a four-row × eight-token GEMM tile for `ty`.
+    pub fn has_dot8r4(&self, ty: GgmlType) -> bool {
+        wtype(ty).is_ok_and(|wt| self.weights[wt as usize].dot8r4_grouped.is_some())
     }
 
     /// Whether this table has an eight-token GEMM micro-kernel for `ty`.
@@ -384,11 +439,11 @@ impl Kernels {
                     isa: d8.isa,
                 });
             }
-            if let Some(t) = k.dot8r4_unpacked {
+            if let Some(q) = k.dot8r4_grouped {
                 v.push(KernelImpl {
                     kernel: "dot8r4",
                     ty: w.ggml(),
-                    isa: t.isa,
+                    isa: q.tile.isa,
                 });
             }
             if let Some(isa) = k

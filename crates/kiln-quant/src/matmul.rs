@@ -14,8 +14,8 @@ use crate::blocks::BlockI8;
 use crate::kernels::kernels;
 use crate::pool;
 use crate::table::{
-    ActRows, Kernels, Line64, Q8K8_BLOCK_BYTES, WeightKernels, act_scale_count, act_scales,
-    interleave8, interleave8_q8k,
+    ActRows, Kernels, Line64, WeightKernels, act_scale_count, act_scales, interleave8,
+    interleave8_q8k, interleave8_q80, lay8_group_bytes,
 };
 use crate::types::{AType, WType};
 
@@ -127,9 +127,9 @@ pub struct MatmulScratch {
     /// The same scales interleaved per group of eight rows (see `interleave8`), for the
     /// eight-token micro-kernels; whole groups only.
     scales8: [Vec<f32>; AType::COUNT],
-    /// The Q8_K rows laid out per group of eight rows for the AVX-512 Q4_K tile (see
-    /// `interleave8_q8k`); whole groups only.
-    q8k8: Vec<u8>,
+    /// The Q8_K and Q8_0 rows laid out per group of eight rows for the AVX-512 tiles (see
+    /// `interleave8_q8k`, `interleave8_q80`); whole groups only.
+    lay8: [Vec<u8>; AType::COUNT],
     ready: [bool; AType::COUNT],
     /// [`matmul_grouped`]'s task plan: per group, the end of its task range and its rows per
     /// task.
@@ -237,7 +237,7 @@ impl MatmulScratch {
             sc: &self.scales[i],
             sc_stride: n_sc.max(1),
             sc8: &self.scales8[i],
-            q8k8: if a == AType::Q8_K { &self.q8k8 } else { &[] },
+            lay8: &self.lay8[i],
         }
     }
 
@@ -325,31 +325,37 @@ impl MatmulScratch {
             for (g, o) in sc8.chunks_exact_mut(8 * sc_stride).enumerate() {
                 interleave8(&sc[g * 8 * sc_stride..], sc_stride, o);
             }
-            if a == AType::Q8_K {
+            if matches!(a, AType::Q8_K | AType::Q8_0) {
                 let nb = self.cols / a.ggml().block_elems();
-                let per = nb * Q8K8_BLOCK_BYTES;
-                // The layout takes fewer bytes than the rows it copies (272 against 292 per
-                // value block and row), so holding the row buffer's capacity makes it grow
-                // in the same calls as that buffer, never in a later step of a size seen
-                // before (the zero-allocation tests of kiln-model and kiln-engine).
-                let cap = buf.capacity();
-                if self.q8k8.capacity() < cap {
-                    self.q8k8.reserve_exact(cap - self.q8k8.len());
+                let per = lay8_group_bytes(a, nb);
+                // The layouts take fewer bytes than the rows they copy (Q8_K: 272 against
+                // 292 per value block and row; Q8_0: 32⅛ against 34), so holding the row
+                // buffer's capacity makes them grow in the same calls as that buffer, never
+                // in a later step of a size seen before (the zero-allocation tests of
+                // kiln-model and kiln-engine).
+                let cap = buf.capacity().max(groups * per);
+                let lay8 = &mut self.lay8[i];
+                if lay8.capacity() < cap {
+                    lay8.reserve_exact(cap - lay8.len());
                 }
-                self.q8k8.resize(groups * per, 0);
-                for (g, o) in self.q8k8.chunks_exact_mut(per.max(1)).enumerate() {
-                    interleave8_q8k(&buf[g * 8 * rb..], rb, nb, o);
+                lay8.resize(groups * per, 0);
+                for (g, o) in lay8.chunks_exact_mut(per.max(1)).enumerate() {
+                    if a == AType::Q8_K {
+                        interleave8_q8k(&buf[g * 8 * rb..], rb, nb, o);
+                    } else {
+                        interleave8_q80(&buf[g * 8 * rb..], rb, nb, o);
+                    }
                 }
             }
             self.ready[i] = true;
         }
-        let q8k8: &[u8] = if a == AType::Q8_K { &self.q8k8 } else { &[] };
+        let lay8: &[u8] = &self.lay8[i];
         (
             &self.acts[i],
             &self.scales[i],
             sc_stride,
             &self.scales8[i],
-            q8k8,
+            lay8,
         )
     }
 }
@@ -404,7 +410,7 @@ pub fn matmul_prepared_with(k: &Kernels, w: &QMatrix, scratch: &mut MatmulScratc
     );
     let at = w.wt.act();
     let stride = at.row_bytes(w.cols);
-    let (acts, sc, sc_stride, sc8, q8k8) = scratch.act_rows(k, at);
+    let (acts, sc, sc_stride, sc8, lay8) = scratch.act_rows(k, at);
     let wk = k.weight(w.wt);
     if n == 1 {
         gemv(wk, w, acts, y);
@@ -415,7 +421,7 @@ pub fn matmul_prepared_with(k: &Kernels, w: &QMatrix, scratch: &mut MatmulScratc
             sc,
             sc_stride,
             sc8,
-            q8k8,
+            lay8,
         };
         gemm(wk, w, a, n, y);
     }
@@ -634,25 +640,27 @@ unsafe fn gemm_tile(
         } else {
             &[]
         },
-        q8k8: if n == 8 && !a.q8k8.is_empty() {
-            let per = a.sc_stride * Q8K8_BLOCK_BYTES;
-            &a.q8k8[t / 8 * per..(t / 8 + 1) * per]
+        lay8: if n == 8 && !a.lay8.is_empty() {
+            let per = lay8_group_bytes(w.wt.act(), a.sc_stride);
+            &a.lay8[t / 8 * per..(t / 8 + 1) * per]
         } else {
             &[]
         },
     };
     let unpacked = wk.dot8_unpacked.map(|(u, d)| (u.f, d.f));
-    let unpacked4 = wk.dot8r4_unpacked.map(|t| t.f);
+    let quad = wk.dot8r4_grouped;
     let pair_unpacked = wk.dot8r2_unpacked;
     let nb = w.cols / w.ty.block_elems();
-    let block_row_bytes = if unpacked.is_some() {
+    let block_row_bytes = if let Some(q) = quad {
+        nb * q.block_bytes / 4
+    } else if unpacked.is_some() {
         nb * size_of::<BlockI8>()
     } else {
         w.row_bytes
     };
     let row_block = (ROW_BLOCK_BYTES / block_row_bytes.max(1))
         .max(ROW_BLOCK_MIN)
-        .next_multiple_of(2);
+        .next_multiple_of(if quad.is_some() { 4 } else { 2 });
     // Whether the activations hold `len` rows from `t` (real or padding, see
     // `padded_rows`): the tile's last group may then run a wider kernel than its tokens
     // fill, dropping the padding outputs. Five to seven tokens take an eight-token call,
@@ -670,7 +678,45 @@ unsafe fn gemm_tile(
                 unsafe { out.write((t + i) * rows + r, v) };
             }
         };
-        if let Some((unpack, dot8u)) = unpacked
+        if let Some(q) = quad
+            && take8(t)
+        {
+            // Lay out the row block's groups of four rows once for all the task's groups of
+            // eight tokens; a last group of fewer rows is padded with zero rows, whose
+            // outputs are dropped.
+            let per = q.group_bytes(nb);
+            let quads = (re - rb).div_ceil(4);
+            UNPACKED_PAIRS.with_borrow_mut(|buf| {
+                let bytes = pair_lines(buf, quads * per / 64, q.block_bytes, q.block_bytes);
+                for (k, dst) in bytes.chunks_exact_mut(per).enumerate() {
+                    let r = rb + 4 * k;
+                    let n_r = (re - r).min(4);
+                    // SAFETY: kernels of a supported ISA; one to four whole rows
+                    // `row_bytes` apart, and `dst` holds the layout of a group of `nb` blocks.
+                    unsafe {
+                        (q.unpack.f)(
+                            &w.data[r * w.row_bytes..(r + n_r) * w.row_bytes],
+                            w.row_bytes,
+                            dst,
+                        )
+                    };
+                }
+                while take8(t) {
+                    let a8 = rows_at(t, 8);
+                    for (k, wu) in bytes.chunks_exact(per).enumerate() {
+                        let r = rb + 4 * k;
+                        let mut o = [[0.0f32; 8]; 4];
+                        // SAFETY: kernels of a supported ISA; `wu` is rows `r ..` laid out
+                        // as a group of four, and `a8` as below.
+                        unsafe { (q.tile.f)(wu, a8, &mut o) };
+                        for (j, o) in o.into_iter().enumerate().take(re - r) {
+                            write8(t, r + j, o);
+                        }
+                    }
+                    t += 8;
+                }
+            });
+        } else if let Some((unpack, dot8u)) = unpacked
             && take8(t)
         {
             // Unpack the row block once for all the task's groups of eight tokens.
@@ -680,26 +726,9 @@ unsafe fn gemm_tile(
                     // SAFETY: kernels of a supported ISA; `dst` holds one block per block.
                     unsafe { unpack(w.row(r), dst) };
                 }
-                let row_bytes = nb * size_of::<BlockI8>();
-                let quads = if unpacked4.is_some() {
-                    (re - rb) / 4
-                } else {
-                    0
-                };
                 while take8(t) {
                     let a8 = rows_at(t, 8);
-                    if let Some(tile) = unpacked4 {
-                        for (k, wu) in buf.chunks_exact(4 * nb).take(quads).enumerate() {
-                            let mut o = [[0.0f32; 8]; 4];
-                            // SAFETY: as below; `wu` is rows `rb + 4k ..` unpacked, four
-                            // rows `row_bytes` apart.
-                            unsafe { tile(bytemuck::cast_slice(wu), row_bytes, a8, &mut o) };
-                            for (j, o) in o.into_iter().enumerate() {
-                                write8(t, rb + 4 * k + j, o);
-                            }
-                        }
-                    }
-                    for (r, wu) in (rb..re).zip(buf.chunks_exact(nb)).skip(4 * quads) {
+                    for (r, wu) in (rb..re).zip(buf.chunks_exact(nb)) {
                         let mut o = [0.0f32; 8];
                         // SAFETY: as below; `wu` is row `r` unpacked.
                         unsafe { dot8u(bytemuck::cast_slice(wu), a8, &mut o) };
@@ -1045,7 +1074,8 @@ pub fn matmul_grouped_with<const N: usize>(
                 // The group starts on a group of eight interleaved rows when it has eight
                 // or more (checked above) or is padded to eight (`grouped_rows`).
                 sc8: &a.sc8[sc8_from..],
-                q8k8: &a.q8k8[(g.first / 8 * a.sc_stride * Q8K8_BLOCK_BYTES).min(a.q8k8.len())..],
+                lay8: &a.lay8
+                    [(g.first / 8 * lay8_group_bytes(at, a.sc_stride)).min(a.lay8.len())..],
             };
             // SAFETY: task `i` alone writes rows r0..r1 of this group's output rows (as
             // above), all of its tokens (and only those: the tile drops padding outputs).

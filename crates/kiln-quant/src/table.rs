@@ -41,12 +41,15 @@ pub(crate) type PairUnpackFn = unsafe fn(w: &[u8], row_bytes: usize, out: &mut [
 /// row `r`, token `t` bit for bit.
 pub(crate) type Dot8R2UnpackedFn = unsafe fn(wu: &[u8], a: ActRows<'_>, out: &mut [[f32; 8]; 2]);
 
-/// Dots of four consecutive rows unpacked to [`crate::blocks::BlockI8`] blocks (`w` holds
-/// them, `row_bytes` apart) with eight activation rows: the four-row tile over unpacked
-/// rows, which loads each activation vector once for the four rows. `out[r][t]` must equal
-/// [`DotFn`]'s result for row `r`, token `t` bit for bit.
-pub(crate) type Dot8R4UnpackedFn =
-    unsafe fn(w: &[u8], row_bytes: usize, a: ActRows<'_>, out: &mut [[f32; 8]; 4]);
+/// Unpacks one to four consecutive weight rows (`w` holds them, `row_bytes` apart; a
+/// shorter group is padded with rows of zeros) into the layout of the type's
+/// [`Dot8R4GroupedFn`] (`out`: [`QuadUnpacked::group_bytes`] for the row length).
+pub(crate) type QuadUnpackFn = unsafe fn(w: &[u8], row_bytes: usize, out: &mut [u8]);
+
+/// The four-row × eight-token tile over four rows unpacked by the matching
+/// [`QuadUnpackFn`] (`wu`; the row length is the activations', `a.sc8.len() / 8` blocks).
+/// `out[r][t]` must equal [`DotFn`]'s result for row `r`, token `t` bit for bit.
+pub(crate) type Dot8R4GroupedFn = unsafe fn(wu: &[u8], a: ActRows<'_>, out: &mut [[f32; 8]; 4]);
 
 /// Unpacks a weight row into [`crate::blocks::BlockI8`] blocks (`out` holds one per block):
 /// the values and scales the type's dot kernels use, exactly.
@@ -62,9 +65,9 @@ pub(crate) type UnpackFn = unsafe fn(w: &[u8], out: &mut [crate::blocks::BlockI8
 /// rows, scale `j` of row `t` at `j * 8 + t` (see [`interleave8`]), so that one load gives
 /// a block's scale for all eight tokens; it is empty for the four-token kernels.
 ///
-/// For Q8_K activations and the eight-token kernels `q8k8` holds the eight rows' values
-/// once more, laid out per super-block for the AVX-512 Q4_K tile (see [`interleave8_q8k`]);
-/// it is empty otherwise.
+/// For the eight-token kernels of Q8_K and Q8_0 activations `lay8` holds the eight rows'
+/// values once more, laid out for the AVX-512 tiles ([`lay8_group_bytes`] per group of eight
+/// rows; see [`interleave8_q8k`] and [`interleave8_q80`]); it is empty otherwise.
 #[derive(Clone, Copy)]
 pub(crate) struct ActRows<'a> {
     pub(crate) a: &'a [u8],
@@ -72,7 +75,7 @@ pub(crate) struct ActRows<'a> {
     pub(crate) sc: &'a [f32],
     pub(crate) sc_stride: usize,
     pub(crate) sc8: &'a [f32],
-    pub(crate) q8k8: &'a [u8],
+    pub(crate) lay8: &'a [u8],
 }
 
 impl<'a> ActRows<'a> {
@@ -179,6 +182,51 @@ pub(crate) fn interleave8_q8k(rows: &[u8], stride: usize, nb: usize, out: &mut [
     }
 }
 
+/// Bytes per value block of [`interleave8_q80`]'s layout: eight tokens' 32 values.
+pub(crate) const Q808_BLOCK_BYTES: usize = 8 * 32;
+
+/// Bytes of the `lay8` layout of one group of eight activation rows of `nb` blocks of `a`
+/// (zero for the types that have none).
+pub(crate) fn lay8_group_bytes(a: AType, nb: usize) -> usize {
+    match a {
+        AType::Q8_K => nb * Q8K8_BLOCK_BYTES,
+        AType::Q8_0 => (nb * Q808_BLOCK_BYTES + nb).next_multiple_of(64),
+        _ => 0,
+    }
+}
+
+/// Lays out eight Q8_0 rows (`rows`, row `t` at `t * stride`, `nb` blocks each) for the
+/// AVX-512 four-row tile of the signed-weight types, [`lay8_group_bytes`] in all: block `i`
+/// at `256 i` as four 64-byte vectors, vector `k` holding in its 32-bit lane `2t + h` the
+/// four values `4 (k + 4h) ..` of token `t`'s block (its quad `k + 4h`), offset to unsigned
+/// bytes (`y + 128`, so `y ^ 0x80`); then from `256 nb` one byte per block, 1 where some
+/// token's block holds a `-128` (which AVX2's sign trick treats apart), else 0.
+pub(crate) fn interleave8_q80(rows: &[u8], stride: usize, nb: usize, out: &mut [u8]) {
+    use crate::blocks::{BlockQ8_0, as_blocks};
+    let out = &mut out[..lay8_group_bytes(AType::Q8_0, nb)];
+    let (vals, flags) = out.split_at_mut(nb * Q808_BLOCK_BYTES);
+    flags.fill(0);
+    for t in 0..8 {
+        let row: &[BlockQ8_0] =
+            as_blocks(&rows[t * stride..t * stride + nb * size_of::<BlockQ8_0>()]);
+        for (i, (b, o)) in row
+            .iter()
+            .zip(vals.chunks_exact_mut(Q808_BLOCK_BYTES))
+            .enumerate()
+        {
+            for q in 0..8 {
+                let at = 64 * (q % 4) + 4 * (2 * t + q / 4);
+                for (d, &y) in o[at..at + 4].iter_mut().zip(&b.qs[4 * q..4 * q + 4]) {
+                    *d = (y as u8) ^ 0x80;
+                }
+            }
+            if b.qs.contains(&i8::MIN) {
+                flags[i] = 1;
+            }
+        }
+    }
+}
+
 /// 64 bytes on a 64-byte boundary: the unit of the row-pair layouts ([`PairUnpacked`]), so a
 /// buffer of them holds whole cache lines.
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -206,10 +254,10 @@ pub(crate) struct WeightKernels {
     /// once per GEMM task (for all its tokens) and runs this instead of `dot8`; results
     /// equal `dot` bit for bit.
     pub(crate) dot8_unpacked: Option<(Imp<UnpackFn>, Imp<Dot8Fn>)>,
-    /// With `dot8_unpacked`, where one exists: the four-row × eight-token tile over rows
-    /// of the same unpacked layout (the driver then takes a row block's rows four at a time
-    /// with it, and the rest with `dot8_unpacked`'s kernel).
-    pub(crate) dot8r4_unpacked: Option<Imp<Dot8R4UnpackedFn>>,
+    /// The four-row × eight-token tile over groups of four rows unpacked once per row block,
+    /// where one exists (the driver then takes every group of eight tokens with it, a row
+    /// block's last group of rows padded to four, before any other eight-token kernel).
+    pub(crate) dot8r4_grouped: Option<QuadUnpacked>,
     /// The two-row × eight-token tile, where one exists (then the driver takes weight rows
     /// two at a time with it, and an odd last row with `dot8`, which the type must have).
     pub(crate) dot8r2: Option<Imp<Dot8R2Fn>>,
@@ -227,6 +275,22 @@ pub(crate) struct PairUnpacked {
     pub(crate) unpack: Imp<PairUnpackFn>,
     pub(crate) tile: Imp<Dot8R2UnpackedFn>,
     pub(crate) block_bytes: usize,
+}
+
+/// A four-row unpacker, the tile over its output, and the bytes of that output per block
+/// column of the four rows.
+#[derive(Clone, Copy)]
+pub(crate) struct QuadUnpacked {
+    pub(crate) unpack: Imp<QuadUnpackFn>,
+    pub(crate) tile: Imp<Dot8R4GroupedFn>,
+    pub(crate) block_bytes: usize,
+}
+
+impl QuadUnpacked {
+    /// Bytes of one group of four unpacked rows of `nb` blocks (whole 64-byte lines).
+    pub(crate) fn group_bytes(&self, nb: usize) -> usize {
+        (nb * self.block_bytes).next_multiple_of(64)
+    }
 }
 
 /// The kernels for one instruction set. Obtain with [`kernels`] (the process's choice) or
@@ -295,7 +359,7 @@ impl Kernels {
     pub(crate) const fn set_dot8(&mut self, w: WType, dot8: Dot8Fn) {
         self.weights[w as usize].dot8 = Some(self.own(dot8));
         self.weights[w as usize].dot8_unpacked = None;
-        self.weights[w as usize].dot8r4_unpacked = None;
+        self.weights[w as usize].dot8r4_grouped = None;
         self.weights[w as usize].dot8r2 = None;
         self.weights[w as usize].dot8r2_unpacked = None;
     }
@@ -343,32 +407,32 @@ impl Kernels {
         self.weights[w as usize].dot4 = self.own(dot4);
     }
 
-    /// Replaces the eight-token kernel over unpacked rows of `w`, keeping the parent's row
-    /// unpacker (whose output layout the new kernel reads). `w` must have one.
+    /// Gives `w` a four-row × eight-token tile over groups of four rows unpacked once per
+    /// row block (`block_bytes` of layout per block column of the four rows). It takes
+    /// precedence over the type's other eight-token kernels, which stay for the four-token
+    /// and single-dot paths' neighbours (a later `set_dot8_unpacked` or `set_dot8` removes
+    /// the tile).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    pub(crate) const fn set_dot8_over_parent_unpack(&mut self, w: WType, dot8: Dot8Fn) {
-        let own = self.own(dot8);
-        match &mut self.weights[w as usize].dot8_unpacked {
-            Some((_, d)) => *d = own,
-            None => panic!("set_dot8_over_parent_unpack: the parent table has no row unpacker"),
-        }
-    }
-
-    /// Gives `w` a four-row × eight-token tile over the rows its `dot8_unpacked` unpacker
-    /// makes (set that first: a later `set_dot8_unpacked` or `set_dot8` removes the tile).
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    pub(crate) const fn set_dot8r4_unpacked(&mut self, w: WType, tile: Dot8R4UnpackedFn) {
-        match self.weights[w as usize].dot8_unpacked {
-            Some(_) => self.weights[w as usize].dot8r4_unpacked = Some(self.own(tile)),
-            None => panic!("set_dot8r4_unpacked: the type has no row unpacker"),
-        }
+    pub(crate) const fn set_dot8r4_grouped(
+        &mut self,
+        w: WType,
+        unpack: QuadUnpackFn,
+        tile: Dot8R4GroupedFn,
+        block_bytes: usize,
+    ) {
+        assert!(block_bytes > 0);
+        self.weights[w as usize].dot8r4_grouped = Some(QuadUnpacked {
+            unpack: self.own(unpack),
+            tile: self.own(tile),
+            block_bytes,
+        });
     }
 
     /// Gives `w` an eight-token GEMM micro-kernel over rows unpacked once per GEMM task.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) const fn set_dot8_unpacked(&mut self, w: WType, unpack: UnpackFn, dot8: Dot8Fn) {
         self.weights[w as usize].dot8_unpacked = Some((self.own(unpack), self.own(dot8)));
-        self.weights[w as usize].dot8r4_unpacked = None;
+        self.weights[w as usize].dot8r4_grouped = None;
         self.weights[w as usize].dot8 = None;
         self.weights[w as usize].dot8r2 = None;
         self.weights[w as usize].dot8r2_unpacked = None;

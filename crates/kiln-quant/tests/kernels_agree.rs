@@ -4,7 +4,8 @@
 //! * activation quantizers: bytes identical to scalar;
 //! * dequantizers: values identical to scalar (bit for bit);
 //! * dot: equal to scalar bit for bit (one canonical summation order, see `scalar::util`);
-//! * dot4 / dot8 / dot8r2 (GEMM) and dotr4 (GEMV): equal to the same table's dot bit for bit.
+//! * dot4 / dot8 / dot8r2 / dot8r4 (GEMM) and dotr4 (GEMV): equal to the same table's dot bit
+//!   for bit.
 
 mod common;
 
@@ -255,6 +256,42 @@ fn dot8r2_equals_sixteen_single_dots_bit_for_bit() {
 }
 
 #[test]
+fn dot8r4_equals_thirty_two_single_dots_bit_for_bit() {
+    for ty in weight_types() {
+        let act = vec_dot_type(ty).expect("supported");
+        for case in cases(ty, 2) {
+            let n = case.x.len();
+            let mut rng = SeedRng::new(case.seed ^ 0xD084);
+            let nb = case.w.len() / ty.block_bytes();
+            let w4: Vec<u8> = std::iter::once(case.w.clone())
+                .chain((0..3).map(|_| random_weights(ty, nb, &mut rng)))
+                .collect::<Vec<_>>()
+                .concat();
+            let rows: Vec<Vec<u8>> = (0..8)
+                .map(|_| quantize(scalar(), act, &random_acts(n, &mut rng)))
+                .collect();
+            let a8 = rows.concat();
+            let rb = case.w.len();
+            for k in tables() {
+                let got = k.dot8r4(ty, &w4, &a8).expect("dot8r4");
+                for (r, got) in got.iter().enumerate() {
+                    for t in 0..8 {
+                        let one = k.dot(ty, &w4[r * rb..(r + 1) * rb], &rows[t]).expect("dot");
+                        assert_eq!(
+                            got[t].to_bits(),
+                            one.to_bits(),
+                            "{} dot8r4 {ty} row {r} token {t}: {} vs dot {one}",
+                            k.isa(),
+                            got[t]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn dotr4_equals_four_single_dots_bit_for_bit() {
     for ty in weight_types() {
         let act = vec_dot_type(ty).expect("supported");
@@ -385,7 +422,8 @@ fn arbitrary_act_row(act: GgmlType, n_blocks: usize, rng: &mut SeedRng) -> Vec<u
 #[test]
 fn every_isa_dot_equals_scalar_on_arbitrary_activation_bytes() {
     // Quantized activations hold -128 only for non-finite inputs; the sign trick of ggml's
-    // AVX2 code treats it specially, and every ISA must reproduce that (dot, dotr4, dot4, dot8).
+    // AVX2 code treats it specially, and every ISA must reproduce that (dot, dotr4, dot4, dot8,
+    // dot8r4).
     for ty in weight_types().into_iter().filter(|t| t.block_elems() > 1) {
         let act = vec_dot_type(ty).expect("supported");
         for (seed, nb) in [(1u64, 1usize), (2, 3), (3, 8)] {
@@ -411,6 +449,15 @@ fn every_isa_dot_equals_scalar_on_arbitrary_activation_bytes() {
                 let got8 = k.dot8(ty, &wrows[0], &arows.concat()).expect("dot8");
                 for (t, g) in got8.iter().enumerate() {
                     assert_eq!(g.to_bits(), want[t].to_bits(), "{isa} dot8 {ty}");
+                }
+                let got8r4 = k
+                    .dot8r4(ty, &wrows.concat(), &arows.concat())
+                    .expect("dot8r4");
+                for (r, got) in got8r4.iter().enumerate() {
+                    for (t, g) in got.iter().enumerate() {
+                        let one = scalar().dot(ty, &wrows[r], &arows[t]).expect("dot");
+                        assert_eq!(g.to_bits(), one.to_bits(), "{isa} dot8r4 {ty} r{r} t{t}");
+                    }
                 }
                 let gotr4 = k.dotr4(ty, &wrows.concat(), &arows[0]).expect("dotr4");
                 for i in 0..4 {

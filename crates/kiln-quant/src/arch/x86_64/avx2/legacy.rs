@@ -32,7 +32,7 @@ use crate::table::ActRows;
 /// A signed-weight block: its 32 values as signed bytes, and `f16(d)` widened.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn unpack_q4_0_block(x: &BlockQ4_0) -> (__m256i, f32) {
+pub(crate) fn unpack_q4_0_block(x: &BlockQ4_0) -> (__m256i, f32) {
     (
         _mm256_sub_epi8(nibbles32(&x.qs), _mm256_set1_epi8(8)),
         f16_to_f32(x.d),
@@ -41,7 +41,7 @@ fn unpack_q4_0_block(x: &BlockQ4_0) -> (__m256i, f32) {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn unpack_q5_0_block(x: &BlockQ5_0) -> (__m256i, f32) {
+pub(crate) fn unpack_q5_0_block(x: &BlockQ5_0) -> (__m256i, f32) {
     let hi = _mm256_andnot_si256(bits32(&x.qh), _mm256_set1_epi8(0xF0u8 as i8));
     (_mm256_or_si256(nibbles32(&x.qs), hi), f16_to_f32(x.d))
 }

@@ -26,7 +26,7 @@
 //! the tokens' scales and `bsums` terms are formed once for both. Q4_K's two-row tile
 //! ([`tile8_q4_k_pair`]) lays its data out differently: the two rows side by side in each
 //! `zmm`, one 32-value sub-block at a time, so the lanes need no folding; and it reads the
-//! activations offset to unsigned bytes from a per-batch layout (`ActRows::q8k8`), so its
+//! activations offset to unsigned bytes from a per-batch layout (`ActRows::lay8`), so its
 //! quad sums are non-negative and pair up by one shift.
 
 use std::arch::x86_64::*;
@@ -341,7 +341,7 @@ pub(crate) fn unpack_pair_q4_k(w: &[u8], row_bytes: usize, out: &mut [u8]) {
 ///   the activation `zmm` the token's 32 values in both halves (one broadcast load); lane `l`
 ///   of each half is then the quad sum of bytes `4l .. 4l + 4` of that row's sub-block, the
 ///   same lane as AVX2's;
-/// * the activations are read offset to unsigned bytes, `y + 128` (`ActRows::q8k8`, made
+/// * the activations are read offset to unsigned bytes, `y + 128` (`ActRows::lay8`, made
 ///   once per batch), and the weights are the signed operand of `vpdpbusd`: every quad sum
 ///   is then non-negative and below `4 · 15 · 255 < 2^15`, so the sum of sub-block `2p + 1`
 ///   shifted up 16 bits is the accumulator the sum of sub-block `2p` is formed on, which
@@ -444,7 +444,7 @@ fn tile8_q4_k_pair(wu: &[u8], yd: &[f32], yu: &[u8]) -> [[f32; 8]; 2] {
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) fn dot8r2u_q4_k(wu: &[u8], a: ActRows<'_>, out: &mut [[f32; 8]; 2]) {
     let nb = wu.len() / Q4K_PAIR_BLOCK_BYTES;
-    *out = tile8_q4_k_pair(wu, &a.sc8[..8 * nb], a.q8k8);
+    *out = tile8_q4_k_pair(wu, &a.sc8[..8 * nb], a.lay8);
 }
 
 // ---------------------------------------------------------------- Q6_K × Q8_K

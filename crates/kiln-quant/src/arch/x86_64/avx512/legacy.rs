@@ -1,31 +1,35 @@
-//! AVX-512 eight-token GEMM micro-kernels of the 32-value block types: signed weights (Q4_0,
-//! Q5_0 over rows unpacked by the AVX2 table's unpackers, Q8_0) × Q8_0 activations, and Q4_1
-//! × Q8_1. (GEMV and four-token versions of the same scheme measured slower than AVX2's and
-//! are not in the table.) And their GEMVs by another scheme, at the end of this file: signed
-//! weights read as unsigned bytes plus an offset ([`rows_u8`]), Q4_1 by `vpdpbusd`.
+//! AVX-512 GEMM and GEMV kernels of the 32-value block types: signed weights (Q4_0, Q5_0,
+//! Q8_0) × Q8_0 activations, and Q4_1 × Q8_1.
 //!
 //! The float operations per (row, token) pair are exactly those of the AVX2 kernels
 //! (`super::super::avx2::legacy`): per block an exact 8-lane `i32` sum of quads, converted to
 //! `f32` and `fma`-accumulated with `f16(dx) * f16(dy)`, `hsum_float_8` at the end (Q4_1: plus
-//! its fused `m * s` sum). A `zmm` carries two tokens side by side, so each 512-bit
-//! instruction does the work of two 256-bit ones without changing any lane's operations.
+//! its fused `m * s` sum). Only where the lanes live changes:
+//!
+//! * the signed-weight GEMM tile ([`tile8r4_quad`], four rows × eight tokens) puts the tokens
+//!   across the lanes, so one `vpdpbusd`, one conversion and one `fma` serve a quad position
+//!   of eight tokens, with no per-token shuffles;
+//! * Q4_1's eight-token tile carries two tokens side by side in a `zmm`;
+//! * the GEMVs ([`rows_u8`]) keep AVX2's lanes and read signed weights as unsigned bytes plus
+//!   an offset.
 //!
 //! The integer quads come from VNNI `vpdpbusd` (unsigned × signed bytes, four products summed
 //! into an `i32` without saturation) instead of `maddubs` + `madd`; for these types the
-//! `maddubs` pairs never saturate, so the lanes are the same. Signed weights go through the
-//! same sign trick as AVX2 (`|x|` against `y` negated where `x < 0`, with 8-bit wrapping: an
-//! activation of `-128` stays `-128`), done with a masked subtraction since AVX-512 has no
-//! `vpsignb`.
+//! `maddubs` pairs never saturate, so the lanes are the same. AVX2's sign trick for signed
+//! weights (`|x|` against `y` negated where `x < 0`, with 8-bit wrapping: an activation of
+//! `-128` stays `-128` and the product changes sign) is reproduced exactly where an
+//! activation is `-128`, which only a non-finite input quantizes to.
 
 use std::arch::x86_64::*;
 
 use super::util::*;
+use crate::arch::x86_64::avx2::legacy::{unpack_q4_0_block, unpack_q5_0_block};
 use crate::arch::x86_64::avx2::util::{
     f16_to_f32, f16x2_to_f32, hsum_f32x8, load_f32x8, nibbles32, prefetch_group_ahead,
     splat_opaque, weight_rows,
 };
-use crate::blocks::{BlockI8, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0, BlockQ8_1, as_blocks};
-use crate::table::ActRows;
+use crate::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0, BlockQ8_1, as_blocks};
+use crate::table::{ActRows, Q808_BLOCK_BYTES};
 
 // ------------------------------------------------- signed weights × Q8_0 (Q4_0, Q5_0, Q8_0)
 
@@ -36,157 +40,166 @@ fn unpack_q8_0(x: &BlockQ8_0) -> (__m256i, f32) {
     (load256(&x.qs), f16_to_f32(x.d))
 }
 
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn unpack_i8(x: &BlockI8) -> (__m256i, f32) {
-    (load256(&x.qs), x.d)
-}
+// ------------------------------------- four rows × eight tokens, the tokens across the lanes
 
-/// Signed weights `wx` (both halves) against activations `y` (each half its own): the quad
-/// sums of AVX2's sign trick, as floats.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn quads_ss(ax: __m512i, neg: __mmask64, y: __m512i) -> __m512 {
-    let zero = _mm512_setzero_si512();
-    let sy = _mm512_mask_sub_epi8(y, neg, zero, y);
-    _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, ax, sy))
-}
+/// Bytes per block column of four rows in the layout of [`unpack_quad`]: per row its 32
+/// values and eight `i32` quad offsets, and its `d`.
+pub(crate) const QUAD_BLOCK_BYTES: usize = 4 * (32 + 32 + 4);
 
-/// The 1 × 8 GEMM tile for signed weights: tokens `2p`, `2p + 1` share a `zmm`. The
-/// activation scales come interleaved (`sc8`, block `i`'s scale of token `t` at `8 i + t`).
+/// Lays out one to four rows of a signed-weight type (`w`, `row_bytes` apart) for
+/// [`tile8r4_quad`], [`QUAD_BLOCK_BYTES`] per block column (the group rounded up to whole
+/// 64-byte lines): block `i` at `256 i`, row `r` of it at `64 r` as the block's 32 values
+/// (`unpack`'s signed bytes) with quads `k` and `k + 4` side by side as the `k`th eight
+/// bytes, then the quads' offsets `-128 · (sum of the quad)` as `i32` in the same order;
+/// the rows' `d` from `256 nb`, block `i`'s four at `256 nb + 16 i`. Missing rows are zeros.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn tile8_q8_0<W>(
-    w: &[W],
-    ys: [&[BlockQ8_0]; 8],
-    sc8: &[f32],
+fn unpack_quad<W: bytemuck::Pod>(
+    w: &[u8],
+    row_bytes: usize,
+    out: &mut [u8],
     unpack: impl Fn(&W) -> (__m256i, f32),
-) -> [f32; 8] {
-    let nb = w.len();
-    for y in ys {
-        assert_eq!(y.len(), nb);
+) {
+    let n = w.len() / row_bytes.max(1);
+    assert!((1..=4).contains(&n) && w.len() == n * row_bytes);
+    let nb = row_bytes / size_of::<W>();
+    let out = &mut out[..(nb * QUAD_BLOCK_BYTES).next_multiple_of(64)];
+    if n < 4 {
+        out.fill(0);
     }
-    assert_eq!(sc8.len(), 8 * nb);
-    let mut acc = [_mm512_setzero_ps(); 4];
-    for i in 0..nb {
-        let (qx, dx) = unpack(&w[i]);
-        let wx = _mm512_broadcast_i64x4(qx);
-        let ax = _mm512_abs_epi8(wx);
-        let neg = _mm512_movepi8_mask(wx);
-        // `dx * dy` for the eight tokens (the AVX2 products); pair `p` takes lanes `2p`,
-        // `2p + 1` to its halves.
-        let d8 = _mm512_castps256_ps512(_mm256_mul_ps(
-            _mm256_set1_ps(dx),
-            load_f32x8(&sc8[8 * i..8 * i + 8]),
-        ));
-        for p in 0..4 {
-            let (y0, y1) = (&ys[2 * p][i], &ys[2 * p + 1][i]);
-            let d = _mm512_permutexvar_ps(pair_index32(2 * p as i32, 2 * p as i32 + 1), d8);
-            let s = quads_ss(ax, neg, join32(&y0.qs, &y1.qs));
-            acc[p] = _mm512_fmadd_ps(d, s, acc[p]);
+    let (vals, tail) = out.split_at_mut(256 * nb);
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    let zero = _mm256_setzero_si256();
+    let c128 = _mm256_set1_epi8(i8::MIN);
+    for r in 0..n {
+        let row: &[W] = as_blocks(&w[r * row_bytes..(r + 1) * row_bytes]);
+        for (i, b) in row.iter().enumerate() {
+            let (x, d) = unpack(b);
+            let xq = _mm256_permutevar8x32_epi32(x, order);
+            // 128 (as an unsigned byte) times each quad's four values, summed: exact.
+            let st = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, c128, xq));
+            let at = 256 * i + 64 * r;
+            store256(&mut vals[at..at + 32], xq);
+            store256(&mut vals[at + 32..at + 64], st);
+            tail[16 * i + 4 * r..16 * i + 4 * r + 4].copy_from_slice(&d.to_le_bytes());
         }
     }
-    let mut out = [0.0; 8];
-    for p in 0..4 {
-        let (lo, hi) = halves_ps(acc[p]);
-        out[2 * p] = hsum_f32x8(lo);
-        out[2 * p + 1] = hsum_f32x8(hi);
-    }
-    out
 }
 
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) fn dot8_q8_0(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
-    let w: &[BlockQ8_0] = as_blocks(w);
-    let ys = rows_n::<8, BlockQ8_0>(&a, w.len());
-    *out = tile8_q8_0(w, ys, &a.sc8[..8 * w.len()], |x| unpack_q8_0(x));
-}
-
-/// The eight-token micro-kernel over unpacked rows ([`BlockI8`], from the AVX2 table's
-/// `unpack_q4_0` / `unpack_q5_0`): the same values and operations as the packed types'.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) fn dot8_i8(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
-    let w: &[BlockI8] = as_blocks(w);
-    let ys = rows_n::<8, BlockQ8_0>(&a, w.len());
-    *out = tile8_q8_0(w, ys, &a.sc8[..8 * w.len()], |x| unpack_i8(x));
-}
-
-/// The 4 × 8 GEMM tile over rows unpacked to [`BlockI8`] (Q4_0, Q5_0: values in −16..16),
-/// tokens `2p`, `2p + 1` sharing a `zmm` as in [`tile8_q8_0`]. The weights are read as the
-/// unsigned bytes `u = x + 16`, so one `vpdpbusd` forms a lane's quads against the raw
-/// activations with no sign trick, and the activation vector, like the offset term
-/// `16 · quads(y)` that starting each lane at its negation removes, is formed once for the
-/// four rows: per token pair and row, one `vpdpbusd`, a conversion, the scale placed, one
-/// `fma`. The lanes are AVX2's exact quads and each (row, token) pair sees
-/// [`tile8_q8_0`]'s float steps in its order (bit-identical to the single dot). A token
-/// pair's block holding an activation of −128 (only a non-finite input quantizes to it)
-/// takes the sign trick instead, which AVX2's −128 quirk needs.
+/// The exact correction of a quirk block's lanes: AVX2's sign trick gives `|x| · -128` for
+/// an activation of `-128` against a negative weight, `256 x` more than the product, so the
+/// lane's sum of such `x` (`y` bytes 0 in the unsigned layout, `x` broadcast) times 256.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn tile8r4_i8(w: [&[BlockI8]; 4], ys: [&[BlockQ8_0]; 8], sc8: &[f32]) -> [[f32; 8]; 4] {
-    let nb = w[0].len();
-    for r in &w {
-        assert_eq!(r.len(), nb);
-    }
-    for y in ys {
-        assert_eq!(y.len(), nb);
-    }
-    assert_eq!(sc8.len(), 8 * nb);
+fn quirk_quads(yu: __m512i, wx: __m512i) -> __m512i {
     let zero = _mm512_setzero_si512();
-    let off = _mm512_set1_epi8(16);
-    let m128 = _mm512_set1_epi8(i8::MIN);
-    let idx: [__m512i; 4] = std::array::from_fn(|p| pair_index32(2 * p as i32, 2 * p as i32 + 1));
-    // acc[r][p]: row r, tokens 2p (lower half) and 2p + 1 (upper half).
+    let m = _mm512_cmpeq_epi8_mask(yu, zero) & _mm512_movepi8_mask(wx);
+    let sel = _mm512_maskz_mov_epi8(m, wx);
+    _mm512_slli_epi32::<8>(_mm512_dpbusd_epi32(zero, _mm512_set1_epi8(1), sel))
+}
+
+/// The 4 × 8 GEMM tile of the signed-weight types over four rows laid out by
+/// [`unpack_quad`] and eight Q8_0 activation rows laid out by
+/// [`crate::table::interleave8_q80`] (`yu`), the scales interleaved (`sc8`, block `i`'s
+/// scale of token `t` at `8 i + t`).
+///
+/// The tokens run across the lanes: lane `2t + h` of accumulator `(r, k)` is AVX2's lane
+/// `k + 4h` of row `r`, token `t` (the float sum of its quads `k + 4h`). Per block and row,
+/// one `vpdpbusd` per `k` forms that quad sum for all eight tokens from the unsigned
+/// activations (`y + 128`, one load for the four rows) and the row's two quads of weights
+/// (one 64-bit broadcast), starting from the rows' quad offsets (`-128 · sum x`, broadcast
+/// the same way), so the `i32` lanes are AVX2's exactly; then one conversion and one `fma`
+/// with the row's `dx · dy` for the eight tokens (one product per row and block, the
+/// tokens' scales placed by one permute shared by the rows). No per-token permutes and no
+/// offset work per block remain. A block where some activation is `-128` adds the exact
+/// correction of AVX2's sign trick there ([`quirk_quads`]). At the end `hsum_float_8`'s
+/// tree, `((x0 + x4) + (x2 + x6)) + ((x1 + x5) + (x3 + x7))`, is the neighbouring lanes'
+/// sum and then the accumulators' in that order: AVX2's bits.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn tile8r4_quad(wu: &[u8], yu: &[u8], sc8: &[f32]) -> [[f32; 8]; 4] {
+    let nb = sc8.len() / 8;
+    assert!(wu.len() >= nb * QUAD_BLOCK_BYTES);
+    assert!(yu.len() >= nb * Q808_BLOCK_BYTES + nb);
+    let (vals, tail) = wu.split_at(256 * nb);
+    let (ys, flags) = yu.split_at(Q808_BLOCK_BYTES * nb);
+    let dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     let mut acc = [[_mm512_setzero_ps(); 4]; 4];
     for i in 0..nb {
-        let sc = load_f32x8(&sc8[8 * i..8 * i + 8]);
-        let wx: [__m512i; 4] =
-            std::array::from_fn(|r| _mm512_broadcast_i64x4(load256(&w[r][i].qs)));
-        let u: [__m512i; 4] = std::array::from_fn(|r| _mm512_add_epi8(wx[r], off));
-        // `dx * dy` for the eight tokens, per row (the AVX2 products).
-        let d8: [__m512; 4] = std::array::from_fn(|r| {
-            _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(w[r][i].d), sc))
-        });
-        let y: [__m512i; 4] =
-            std::array::from_fn(|p| join32(&ys[2 * p][i].qs, &ys[2 * p + 1][i].qs));
-        let quirk = y.iter().any(|&y| _mm512_cmpeq_epi8_mask(y, m128) != 0);
-        if !quirk {
-            for p in 0..4 {
-                let start = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, off, y[p]));
-                for r in 0..4 {
-                    let s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, u[r], y[p]));
-                    let d = _mm512_permutexvar_ps(idx[p], d8[r]);
-                    acc[r][p] = _mm512_fmadd_ps(d, s, acc[r][p]);
+        let yb: &[u8; Q808_BLOCK_BYTES] = ys[Q808_BLOCK_BYTES * i..][..Q808_BLOCK_BYTES]
+            .try_into()
+            .unwrap_or_else(|_| unreachable!());
+        let blk: &[u8; 256] = vals[256 * i..][..256]
+            .try_into()
+            .unwrap_or_else(|_| unreachable!());
+        let ds: &[u8; 16] = tail[16 * i..][..16]
+            .try_into()
+            .unwrap_or_else(|_| unreachable!());
+        let y: [__m512i; 4] = std::array::from_fn(|k| load512(&yb[64 * k..64 * k + 64]));
+        let dy = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(load_f32x8(&sc8[8 * i..])));
+        let quirk = flags[i] != 0;
+        for r in 0..4 {
+            let dx = f32::from_le_bytes([ds[4 * r], ds[4 * r + 1], ds[4 * r + 2], ds[4 * r + 3]]);
+            let d = _mm512_mul_ps(_mm512_set1_ps(dx), dy);
+            for k in 0..4 {
+                let at = 64 * r + 8 * k;
+                let wx = _mm512_set1_epi64(i64::from_le_bytes(
+                    blk[at..at + 8]
+                        .try_into()
+                        .unwrap_or_else(|_| unreachable!()),
+                ));
+                let st = _mm512_set1_epi64(i64::from_le_bytes(
+                    blk[at + 32..at + 40]
+                        .try_into()
+                        .unwrap_or_else(|_| unreachable!()),
+                ));
+                let mut s = _mm512_dpbusd_epi32(st, y[k], wx);
+                if quirk {
+                    s = _mm512_add_epi32(s, quirk_quads(y[k], wx));
                 }
-            }
-        } else {
-            for p in 0..4 {
-                for r in 0..4 {
-                    let s = quads_ss(_mm512_abs_epi8(wx[r]), _mm512_movepi8_mask(wx[r]), y[p]);
-                    let d = _mm512_permutexvar_ps(idx[p], d8[r]);
-                    acc[r][p] = _mm512_fmadd_ps(d, s, acc[r][p]);
-                }
+                acc[r][k] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[r][k]);
             }
         }
     }
+    let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14);
     std::array::from_fn(|r| {
-        std::array::from_fn(|t| {
-            let (lo, hi) = halves_ps(acc[r][t / 2]);
-            hsum_f32x8(if t % 2 == 0 { lo } else { hi })
-        })
+        let h: [__m512; 4] =
+            std::array::from_fn(|k| _mm512_add_ps(acc[r][k], _mm512_permute_ps::<0xB1>(acc[r][k])));
+        let s = _mm512_add_ps(_mm512_add_ps(h[0], h[2]), _mm512_add_ps(h[1], h[3]));
+        let mut o = [0.0f32; 8];
+        // SAFETY: `o` is 8 writable floats; unaligned store.
+        unsafe {
+            _mm256_storeu_ps(
+                o.as_mut_ptr(),
+                _mm512_castps512_ps256(_mm512_permutexvar_ps(even, s)),
+            )
+        };
+        o
     })
 }
 
-/// The four-row tile over unpacked rows (`w`: four rows of [`BlockI8`], `row_bytes` apart).
+/// The four-row tile over [`unpack_quad`]'s layout (`wu`) with eight Q8_0 activation rows.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) fn dot8r4_i8(w: &[u8], row_bytes: usize, a: ActRows<'_>, out: &mut [[f32; 8]; 4]) {
-    let w: [&[BlockI8]; 4] =
-        std::array::from_fn(|r| as_blocks(&w[r * row_bytes..(r + 1) * row_bytes]));
-    *out = tile8r4_i8(
-        w,
-        rows_n::<8, BlockQ8_0>(&a, w[0].len()),
-        &a.sc8[..8 * w[0].len()],
-    );
+pub(crate) fn dot8r4_quad(wu: &[u8], a: ActRows<'_>, out: &mut [[f32; 8]; 4]) {
+    *out = tile8r4_quad(wu, a.lay8, a.sc8);
+}
+
+/// Q4_0 rows laid out for [`dot8r4_quad`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn unpack_quad_q4_0(w: &[u8], row_bytes: usize, out: &mut [u8]) {
+    unpack_quad::<BlockQ4_0>(w, row_bytes, out, |b| unpack_q4_0_block(b));
+}
+
+/// Q5_0 rows laid out for [`dot8r4_quad`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn unpack_quad_q5_0(w: &[u8], row_bytes: usize, out: &mut [u8]) {
+    unpack_quad::<BlockQ5_0>(w, row_bytes, out, |b| unpack_q5_0_block(b));
+}
+
+/// Q8_0 rows laid out for [`dot8r4_quad`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn unpack_quad_q8_0(w: &[u8], row_bytes: usize, out: &mut [u8]) {
+    unpack_quad::<BlockQ8_0>(w, row_bytes, out, |b| unpack_q8_0(b));
 }
 
 // ---------------------------------------------------------------- Q4_1 × Q8_1
@@ -394,92 +407,4 @@ fn rows_q4_1<const R: usize>(w: [&[BlockQ4_1]; R], y: &[BlockQ8_1]) -> [f32; R] 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) fn dotr4_q4_1(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32; 4]) {
     *out = rows_q4_1::<4>(weight_rows::<4, BlockQ4_1>(w, row_bytes), as_blocks(a));
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::blocks::{F16Le, QK};
-
-    /// Deterministic bytes.
-    fn bytes(n: usize, mut s: u64) -> Vec<u8> {
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                (s >> 33) as u8
-            })
-            .collect()
-    }
-
-    #[test]
-    fn the_four_row_tile_over_unpacked_rows_equals_the_one_row_kernel_bit_for_bit() {
-        if !crate::isa::Isa::Avx512.cpu_has() {
-            return;
-        }
-        let nb = 5;
-        // Four rows of Q5_0-range values (−16..16) with small scales.
-        let w: Vec<BlockI8> = (0..4 * nb)
-            .map(|i| {
-                let b = bytes(QK, i as u64 + 1);
-                BlockI8 {
-                    qs: std::array::from_fn(|k| (b[k] % 32) as i8 - 16),
-                    d: 0.01 + i as f32 * 0.001,
-                }
-            })
-            .collect();
-        // Eight activation rows of arbitrary bytes: −128 (which AVX2's sign trick treats
-        // specially) in about one byte of eight, so some token pairs' blocks hold one and
-        // some do not.
-        let mut a = Vec::new();
-        for t in 0..8 {
-            let raw = bytes(nb * QK, 100 + t);
-            for i in 0..nb {
-                let mut blk = BlockQ8_0 {
-                    d: F16Le(half::f16::from_f32(0.02 + t as f32 * 0.003).to_le_bytes()),
-                    qs: [0; QK],
-                };
-                for k in 0..QK {
-                    let v = raw[i * QK + k];
-                    blk.qs[k] = if v.is_multiple_of(8) && (i + t as usize).is_multiple_of(3) {
-                        i8::MIN
-                    } else {
-                        v as i8
-                    };
-                }
-                a.extend_from_slice(bytemuck::bytes_of(&blk));
-            }
-        }
-        let stride = nb * size_of::<BlockQ8_0>();
-        let sc: Vec<f32> = (0..8 * nb)
-            .map(|k| {
-                let blk: &BlockQ8_0 = bytemuck::from_bytes(&a[k * 34..k * 34 + 34]);
-                blk.d.to_f32()
-            })
-            .collect();
-        let mut sc8 = vec![0.0f32; 8 * nb];
-        crate::table::interleave8(&sc, nb, &mut sc8);
-        let rows = ActRows {
-            a: &a,
-            stride,
-            sc: &sc,
-            sc_stride: nb,
-            sc8: &sc8,
-            q8k8: &[],
-        };
-        let wb: &[u8] = bytemuck::cast_slice(&w);
-        let row_bytes = nb * size_of::<BlockI8>();
-        let mut got = [[0.0f32; 8]; 4];
-        // SAFETY: this CPU has AVX-512 (checked above).
-        unsafe { dot8r4_i8(wb, row_bytes, rows, &mut got) };
-        for (r, got) in got.iter().enumerate() {
-            let mut want = [0.0f32; 8];
-            // SAFETY: as above.
-            unsafe { dot8_i8(&wb[r * row_bytes..(r + 1) * row_bytes], rows, &mut want) };
-            for t in 0..8 {
-                assert_eq!(got[t].to_bits(), want[t].to_bits(), "row {r} token {t}");
-            }
-        }
-    }
 }

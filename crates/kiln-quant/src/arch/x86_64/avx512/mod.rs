@@ -37,18 +37,32 @@ pub(crate) const fn table(parent: Kernels) -> Kernels {
     );
     k.set_dot8(Q6_K, kquants::dot8_q6_k);
     k.set_dot8r2(Q6_K, kquants::dot8r2_q6_k);
-    k.set_dot8(Q8_0, legacy::dot8_q8_0);
     // The signed-weight GEMVs read the weights as unsigned bytes plus an offset.
     k.set_dotr4(Q4_0, legacy::dotr4_q4_0);
     k.set_dotr4(Q5_0, legacy::dotr4_q5_0);
     k.set_dotr4(Q8_0, legacy::dotr4_q8_0);
     k.set_dotr4(Q4_1, legacy::dotr4_q4_1);
     k.set_dot8(Q4_1, legacy::dot8_q4_1);
-    // Q4_0 and Q5_0 keep AVX2's row unpackers; the eight-token kernel over them is new.
-    k.set_dot8_over_parent_unpack(Q4_0, legacy::dot8_i8);
-    k.set_dot8_over_parent_unpack(Q5_0, legacy::dot8_i8);
-    k.set_dot8r4_unpacked(Q4_0, legacy::dot8r4_i8);
-    k.set_dot8r4_unpacked(Q5_0, legacy::dot8r4_i8);
+    // The signed-weight GEMMs: the four-row tile with the tokens across the lanes, over
+    // rows laid out once per row block.
+    k.set_dot8r4_grouped(
+        Q8_0,
+        legacy::unpack_quad_q8_0,
+        legacy::dot8r4_quad,
+        legacy::QUAD_BLOCK_BYTES,
+    );
+    k.set_dot8r4_grouped(
+        Q4_0,
+        legacy::unpack_quad_q4_0,
+        legacy::dot8r4_quad,
+        legacy::QUAD_BLOCK_BYTES,
+    );
+    k.set_dot8r4_grouped(
+        Q5_0,
+        legacy::unpack_quad_q5_0,
+        legacy::dot8r4_quad,
+        legacy::QUAD_BLOCK_BYTES,
+    );
     // 16-bit floats: the weights widened once per step for four or eight tokens.
     k.set_dot4(F16, float::dot4_f16);
     k.set_dot8(F16, float::dot8_f16);

@@ -29,6 +29,15 @@ pub(crate) fn store512(p: &mut [u8], v: __m512i) {
     unsafe { _mm512_storeu_si512(p.as_mut_ptr().cast(), v) }
 }
 
+/// Stores 32 bytes into a slice that has at least 32 (checked).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn store256(p: &mut [u8], v: __m256i) {
+    assert!(p.len() >= 32);
+    // SAFETY: at least 32 writable bytes (asserted); the store is unaligned.
+    unsafe { _mm256_storeu_si256(p.as_mut_ptr().cast(), v) }
+}
+
 /// 32 bytes from a slice that has at least 32 (checked).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
