@@ -28,12 +28,13 @@ use crate::error::QuantError;
 use crate::isa::{Isa, IsaError};
 use crate::table::{
     ActRows, Kernels, WeightKernels, act_scale_count, act_scales, interleave8, interleave8_q8k,
-    interleave8_q80, lay8_group_bytes,
+    interleave8_q80, interleave8_q81, lay8_group_bytes,
 };
 use crate::types::{AType, WType};
 
 /// Eight activation rows laid out as the matmul scratch lays them out for the eight-token
-/// kernels (`lay8`: `interleave8_q8k`, `interleave8_q80`); empty for other activation types.
+/// kernels (`lay8`: `interleave8_q8k`, `interleave8_q80`, `interleave8_q81`); empty for other
+/// activation types.
 fn lay8_of(wt: WType, a: &[u8], stride: usize) -> Vec<u8> {
     let at = wt.act();
     let nb = stride / at.ggml().block_bytes();
@@ -41,6 +42,7 @@ fn lay8_of(wt: WType, a: &[u8], stride: usize) -> Vec<u8> {
     match at {
         AType::Q8_K => interleave8_q8k(a, stride, nb, &mut out),
         AType::Q8_0 => interleave8_q80(a, stride, nb, &mut out),
+        AType::Q8_1 => interleave8_q81(a, stride, nb, &mut out),
         _ => {}
     }
     out

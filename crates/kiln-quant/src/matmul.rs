@@ -15,7 +15,7 @@ use crate::kernels::kernels;
 use crate::pool;
 use crate::table::{
     ActRows, Kernels, Line64, WeightKernels, act_scale_count, act_scales, interleave8,
-    interleave8_q8k, interleave8_q80, lay8_group_bytes,
+    interleave8_q8k, interleave8_q80, interleave8_q81, lay8_group_bytes,
 };
 use crate::types::{AType, WType};
 
@@ -325,11 +325,12 @@ impl MatmulScratch {
             for (g, o) in sc8.chunks_exact_mut(8 * sc_stride).enumerate() {
                 interleave8(&sc[g * 8 * sc_stride..], sc_stride, o);
             }
-            if matches!(a, AType::Q8_K | AType::Q8_0) {
+            if matches!(a, AType::Q8_K | AType::Q8_0 | AType::Q8_1) {
                 let nb = self.cols / a.ggml().block_elems();
                 let per = lay8_group_bytes(a, nb);
                 // The layouts take fewer bytes than the rows they copy (Q8_K: 272 against
-                // 292 per value block and row; Q8_0: 32⅛ against 34), so holding the row
+                // 292 per value block and row; Q8_0: 32⅛ against 34; Q8_1: 32 against 36),
+                // so holding the row
                 // buffer's capacity makes them grow in the same calls as that buffer, never
                 // in a later step of a size seen before (the zero-allocation tests of
                 // kiln-model and kiln-engine).
@@ -340,10 +341,11 @@ impl MatmulScratch {
                 }
                 lay8.resize(groups * per, 0);
                 for (g, o) in lay8.chunks_exact_mut(per.max(1)).enumerate() {
-                    if a == AType::Q8_K {
-                        interleave8_q8k(&buf[g * 8 * rb..], rb, nb, o);
-                    } else {
-                        interleave8_q80(&buf[g * 8 * rb..], rb, nb, o);
+                    let rows = &buf[g * 8 * rb..];
+                    match a {
+                        AType::Q8_K => interleave8_q8k(rows, rb, nb, o),
+                        AType::Q8_0 => interleave8_q80(rows, rb, nb, o),
+                        _ => interleave8_q81(rows, rb, nb, o),
                     }
                 }
             }
@@ -641,7 +643,8 @@ unsafe fn gemm_tile(
             &[]
         },
         lay8: if n == 8 && !a.lay8.is_empty() {
-            let per = lay8_group_bytes(w.wt.act(), a.sc_stride);
+            let at = w.wt.act();
+            let per = lay8_group_bytes(at, w.cols / at.ggml().block_elems());
             &a.lay8[t / 8 * per..(t / 8 + 1) * per]
         } else {
             &[]
@@ -1074,8 +1077,9 @@ pub fn matmul_grouped_with<const N: usize>(
                 // The group starts on a group of eight interleaved rows when it has eight
                 // or more (checked above) or is padded to eight (`grouped_rows`).
                 sc8: &a.sc8[sc8_from..],
-                lay8: &a.lay8
-                    [(g.first / 8 * lay8_group_bytes(at, a.sc_stride)).min(a.lay8.len())..],
+                lay8: &a.lay8[(g.first / 8
+                    * lay8_group_bytes(at, g.w.cols / at.ggml().block_elems()))
+                .min(a.lay8.len())..],
             };
             // SAFETY: task `i` alone writes rows r0..r1 of this group's output rows (as
             // above), all of its tokens (and only those: the tile drops padding outputs).

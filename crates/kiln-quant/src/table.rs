@@ -65,9 +65,10 @@ pub(crate) type UnpackFn = unsafe fn(w: &[u8], out: &mut [crate::blocks::BlockI8
 /// rows, scale `j` of row `t` at `j * 8 + t` (see [`interleave8`]), so that one load gives
 /// a block's scale for all eight tokens; it is empty for the four-token kernels.
 ///
-/// For the eight-token kernels of Q8_K and Q8_0 activations `lay8` holds the eight rows'
-/// values once more, laid out for the AVX-512 tiles ([`lay8_group_bytes`] per group of eight
-/// rows; see [`interleave8_q8k`] and [`interleave8_q80`]); it is empty otherwise.
+/// For the eight-token kernels of Q8_K, Q8_0 and Q8_1 activations `lay8` holds the eight
+/// rows' values once more, laid out for the AVX-512 tiles ([`lay8_group_bytes`] per group of
+/// eight rows; see [`interleave8_q8k`], [`interleave8_q80`], [`interleave8_q81`]); it is
+/// empty otherwise.
 #[derive(Clone, Copy)]
 pub(crate) struct ActRows<'a> {
     pub(crate) a: &'a [u8],
@@ -182,7 +183,8 @@ pub(crate) fn interleave8_q8k(rows: &[u8], stride: usize, nb: usize, out: &mut [
     }
 }
 
-/// Bytes per value block of [`interleave8_q80`]'s layout: eight tokens' 32 values.
+/// Bytes per value block of the layouts of [`interleave8_q80`] and [`interleave8_q81`]: eight
+/// tokens' 32 values.
 pub(crate) const Q808_BLOCK_BYTES: usize = 8 * 32;
 
 /// Bytes of the `lay8` layout of one group of eight activation rows of `nb` blocks of `a`
@@ -191,7 +193,19 @@ pub(crate) fn lay8_group_bytes(a: AType, nb: usize) -> usize {
     match a {
         AType::Q8_K => nb * Q8K8_BLOCK_BYTES,
         AType::Q8_0 => (nb * Q808_BLOCK_BYTES + nb).next_multiple_of(64),
+        AType::Q8_1 => nb * Q808_BLOCK_BYTES,
         _ => 0,
+    }
+}
+
+/// Block `i`'s 32 values of token `t` (`qs`) into a group's block of the layouts of
+/// [`interleave8_q80`] and [`interleave8_q81`] (`o`, 256 bytes), XOR `flip`.
+fn lanes_of_token(qs: &[i8; 32], t: usize, flip: u8, o: &mut [u8]) {
+    for q in 0..8 {
+        let at = 64 * (q % 4) + 4 * (2 * t + q / 4);
+        for (d, &y) in o[at..at + 4].iter_mut().zip(&qs[4 * q..4 * q + 4]) {
+            *d = (y as u8) ^ flip;
+        }
     }
 }
 
@@ -214,15 +228,25 @@ pub(crate) fn interleave8_q80(rows: &[u8], stride: usize, nb: usize, out: &mut [
             .zip(vals.chunks_exact_mut(Q808_BLOCK_BYTES))
             .enumerate()
         {
-            for q in 0..8 {
-                let at = 64 * (q % 4) + 4 * (2 * t + q / 4);
-                for (d, &y) in o[at..at + 4].iter_mut().zip(&b.qs[4 * q..4 * q + 4]) {
-                    *d = (y as u8) ^ 0x80;
-                }
-            }
+            lanes_of_token(&b.qs, t, 0x80, o);
             if b.qs.contains(&i8::MIN) {
                 flags[i] = 1;
             }
+        }
+    }
+}
+
+/// Lays out eight Q8_1 rows (`rows`, row `t` at `t * stride`, `nb` blocks each) for the
+/// AVX-512 four-row tile of Q4_1: the lanes of [`interleave8_q80`], the values as they are
+/// (signed), and no flags.
+pub(crate) fn interleave8_q81(rows: &[u8], stride: usize, nb: usize, out: &mut [u8]) {
+    use crate::blocks::{BlockQ8_1, as_blocks};
+    let out = &mut out[..lay8_group_bytes(AType::Q8_1, nb)];
+    for t in 0..8 {
+        let row: &[BlockQ8_1] =
+            as_blocks(&rows[t * stride..t * stride + nb * size_of::<BlockQ8_1>()]);
+        for (b, o) in row.iter().zip(out.chunks_exact_mut(Q808_BLOCK_BYTES)) {
+            lanes_of_token(&b.qs, t, 0, o);
         }
     }
 }

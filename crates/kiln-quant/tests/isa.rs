@@ -145,7 +145,7 @@ const AVX512_KERNELS: &[(&str, GgmlType)] = &[
     ("dot8r4", GgmlType::Q4_0),
     ("dot8r4", GgmlType::Q8_0),
     ("dot8r4", GgmlType::Q5_0),
-    ("dot8", GgmlType::Q4_1),
+    ("dot8r4", GgmlType::Q4_1),
     ("dot4", GgmlType::F16),
     ("dot8", GgmlType::F16),
     ("dot4", GgmlType::BF16),

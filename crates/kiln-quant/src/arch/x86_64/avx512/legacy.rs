@@ -9,7 +9,7 @@
 //! * the signed-weight GEMM tile ([`tile8r4_quad`], four rows × eight tokens) puts the tokens
 //!   across the lanes, so one `vpdpbusd`, one conversion and one `fma` serve a quad position
 //!   of eight tokens, with no per-token shuffles;
-//! * Q4_1's eight-token tile carries two tokens side by side in a `zmm`;
+//! * Q4_1's tile ([`tile8r4_q4_1`]) takes the same lanes;
 //! * the GEMVs ([`rows_u8`]) keep AVX2's lanes and read signed weights as unsigned bytes plus
 //!   an offset.
 //!
@@ -161,21 +161,28 @@ fn tile8r4_quad(wu: &[u8], yu: &[u8], sc8: &[f32]) -> [[f32; 8]; 4] {
             }
         }
     }
+    std::array::from_fn(|r| hsum_lanes8(&acc[r]))
+}
+
+/// The eight tokens' `hsum_float_8` of a row's accumulators in the tokens-across-lanes
+/// layout (lane `2t + h` of `acc[k]`: token `t`'s AVX2 lane `k + 4h`): the neighbouring
+/// lanes' sums `x_k + x_(k+4)`, then `(s0 + s2) + (s1 + s3)`, AVX2's tree.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn hsum_lanes8(acc: &[__m512; 4]) -> [f32; 8] {
     let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14);
-    std::array::from_fn(|r| {
-        let h: [__m512; 4] =
-            std::array::from_fn(|k| _mm512_add_ps(acc[r][k], _mm512_permute_ps::<0xB1>(acc[r][k])));
-        let s = _mm512_add_ps(_mm512_add_ps(h[0], h[2]), _mm512_add_ps(h[1], h[3]));
-        let mut o = [0.0f32; 8];
-        // SAFETY: `o` is 8 writable floats; unaligned store.
-        unsafe {
-            _mm256_storeu_ps(
-                o.as_mut_ptr(),
-                _mm512_castps512_ps256(_mm512_permutexvar_ps(even, s)),
-            )
-        };
-        o
-    })
+    let h: [__m512; 4] =
+        std::array::from_fn(|k| _mm512_add_ps(acc[k], _mm512_permute_ps::<0xB1>(acc[k])));
+    let s = _mm512_add_ps(_mm512_add_ps(h[0], h[2]), _mm512_add_ps(h[1], h[3]));
+    let mut o = [0.0f32; 8];
+    // SAFETY: `o` is 8 writable floats; unaligned store.
+    unsafe {
+        _mm256_storeu_ps(
+            o.as_mut_ptr(),
+            _mm512_castps512_ps256(_mm512_permutexvar_ps(even, s)),
+        )
+    };
+    o
 }
 
 /// The four-row tile over [`unpack_quad`]'s layout (`wu`) with eight Q8_0 activation rows.
@@ -204,58 +211,109 @@ pub(crate) fn unpack_quad_q8_0(w: &[u8], row_bytes: usize, out: &mut [u8]) {
 
 // ---------------------------------------------------------------- Q4_1 × Q8_1
 
-/// Unsigned nibbles `qx` (both halves) against activations `y`: the quad sums, as floats.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn quads_us(qx: __m512i, y: __m512i) -> __m512 {
-    _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), qx, y))
-}
+/// Bytes per block column of four rows in the layout of [`unpack_quad_q4_1`]: per row its 32
+/// nibbles as bytes, and its `d` and `m`.
+pub(crate) const QUAD_Q4_1_BLOCK_BYTES: usize = 4 * (32 + 8);
 
-/// The 1 × 8 GEMM tile of Q4_1 (tokens `2p`, `2p + 1` share a `zmm`), with the activation
-/// scales interleaved (`sc8`: block `i`'s `d` of token `t` at `16 i + t`, its `s` at
-/// `16 i + 8 + t`); the eight `m * s` sums run as one vector `fma` (lane `t` is token `t`'s
-/// fused step), as in AVX2.
-#[inline]
+/// Lays out one to four Q4_1 rows (`w`, `row_bytes` apart) for [`dot8r4_quad_q4_1`],
+/// [`QUAD_Q4_1_BLOCK_BYTES`] per block column (the group rounded up to whole 64-byte
+/// lines): block `i` at `128 i`, row `r` of it at `32 r` as its 32 values (unsigned bytes,
+/// 0..16) with quads `k` and `k + 4` side by side as the `k`th eight bytes; the rows' `d`
+/// and `m` from `128 nb`, block `i`'s four pairs at `128 nb + 32 i`. Missing rows are zeros.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn tile8_q4_1(w: &[BlockQ4_1], ys: [&[BlockQ8_1]; 8], sc8: &[f32]) -> [f32; 8] {
-    let nb = w.len();
-    for y in ys {
-        assert_eq!(y.len(), nb);
+pub(crate) fn unpack_quad_q4_1(w: &[u8], row_bytes: usize, out: &mut [u8]) {
+    let n = w.len() / row_bytes.max(1);
+    assert!((1..=4).contains(&n) && w.len() == n * row_bytes);
+    let nb = row_bytes / size_of::<BlockQ4_1>();
+    let out = &mut out[..(nb * QUAD_Q4_1_BLOCK_BYTES).next_multiple_of(64)];
+    if n < 4 {
+        out.fill(0);
     }
-    assert_eq!(sc8.len(), 16 * nb);
-    let mut acc = [_mm512_setzero_ps(); 4];
-    let mut summs = _mm256_setzero_ps();
-    for (i, x) in w.iter().enumerate() {
-        let dm = f16x2_to_f32(x.d, x.m);
-        let (dx, mx) = (_mm_cvtss_f32(dm), _mm_cvtss_f32(_mm_movehdup_ps(dm)));
-        let qx = _mm512_broadcast_i64x4(nibbles32(&x.qs));
-        let s8 = &sc8[16 * i..16 * i + 16];
-        summs = _mm256_fmadd_ps(_mm256_set1_ps(mx), load_f32x8(&s8[8..]), summs);
-        let d8 = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(dx), load_f32x8(&s8[..8])));
-        for p in 0..4 {
-            let (y0, y1) = (&ys[2 * p][i], &ys[2 * p + 1][i]);
-            let d = _mm512_permutexvar_ps(pair_index32(2 * p as i32, 2 * p as i32 + 1), d8);
-            let s = quads_us(qx, join32(&y0.qs, &y1.qs));
-            acc[p] = _mm512_fmadd_ps(d, s, acc[p]);
+    let (vals, tail) = out.split_at_mut(128 * nb);
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for r in 0..n {
+        let row: &[BlockQ4_1] = as_blocks(&w[r * row_bytes..(r + 1) * row_bytes]);
+        for (i, b) in row.iter().enumerate() {
+            let dm = f16x2_to_f32(b.d, b.m);
+            let (dx, mx) = (_mm_cvtss_f32(dm), _mm_cvtss_f32(_mm_movehdup_ps(dm)));
+            let at = 128 * i + 32 * r;
+            store256(
+                &mut vals[at..at + 32],
+                _mm256_permutevar8x32_epi32(nibbles32(&b.qs), order),
+            );
+            let t = 32 * i + 8 * r;
+            tail[t..t + 4].copy_from_slice(&dx.to_le_bytes());
+            tail[t + 4..t + 8].copy_from_slice(&mx.to_le_bytes());
         }
     }
-    let mut sm = [0.0f32; 8];
-    // SAFETY: `sm` is 8 writable floats; unaligned store.
-    unsafe { _mm256_storeu_ps(sm.as_mut_ptr(), summs) };
-    let mut out = [0.0; 8];
-    for p in 0..4 {
-        let (lo, hi) = halves_ps(acc[p]);
-        out[2 * p] = hsum_f32x8(lo) + sm[2 * p];
-        out[2 * p + 1] = hsum_f32x8(hi) + sm[2 * p + 1];
-    }
-    out
 }
 
+/// The 4 × 8 GEMM tile of Q4_1 over four rows laid out by [`unpack_quad_q4_1`] and eight
+/// Q8_1 activation rows laid out by [`crate::table::interleave8_q81`] (`yu`), the scales
+/// interleaved (`sc8`, block `i`'s `d` of token `t` at `16 i + t`, its `s` at
+/// `16 i + 8 + t`): [`tile8r4_quad`]'s lanes, with the row's unsigned nibbles as
+/// `vpdpbusd`'s unsigned operand against the signed activations (no offset), and per row the
+/// eight tokens' `m · s` sums as one vector `fma` per block (lane `t` token `t`'s fused
+/// step, as in AVX2). AVX2's bits.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) fn dot8_q4_1(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
-    let w: &[BlockQ4_1] = as_blocks(w);
-    let ys = rows_n::<8, BlockQ8_1>(&a, w.len());
-    *out = tile8_q4_1(w, ys, &a.sc8[..16 * w.len()]);
+fn tile8r4_q4_1(wu: &[u8], yu: &[u8], sc8: &[f32]) -> [[f32; 8]; 4] {
+    let nb = sc8.len() / 16;
+    assert!(wu.len() >= nb * QUAD_Q4_1_BLOCK_BYTES);
+    assert!(yu.len() >= nb * Q808_BLOCK_BYTES);
+    let (vals, tail) = wu.split_at(128 * nb);
+    let dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    let zero = _mm512_setzero_si512();
+    let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+    let mut summs = [_mm256_setzero_ps(); 4];
+    for i in 0..nb {
+        let yb: &[u8; Q808_BLOCK_BYTES] = yu[Q808_BLOCK_BYTES * i..][..Q808_BLOCK_BYTES]
+            .try_into()
+            .unwrap_or_else(|_| unreachable!());
+        let blk: &[u8; 128] = vals[128 * i..][..128]
+            .try_into()
+            .unwrap_or_else(|_| unreachable!());
+        let dm: &[u8; 32] = tail[32 * i..][..32]
+            .try_into()
+            .unwrap_or_else(|_| unreachable!());
+        let y: [__m512i; 4] = std::array::from_fn(|k| load512(&yb[64 * k..64 * k + 64]));
+        let s8 = &sc8[16 * i..16 * i + 16];
+        let dy = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(load_f32x8(s8)));
+        let sy = load_f32x8(&s8[8..]);
+        for r in 0..4 {
+            let f = |o: usize| f32::from_le_bytes([dm[o], dm[o + 1], dm[o + 2], dm[o + 3]]);
+            let (dx, mx) = (f(8 * r), f(8 * r + 4));
+            summs[r] = _mm256_fmadd_ps(_mm256_set1_ps(mx), sy, summs[r]);
+            let d = _mm512_mul_ps(_mm512_set1_ps(dx), dy);
+            for k in 0..4 {
+                let at = 32 * r + 8 * k;
+                let wx = _mm512_set1_epi64(i64::from_le_bytes(
+                    blk[at..at + 8]
+                        .try_into()
+                        .unwrap_or_else(|_| unreachable!()),
+                ));
+                let s = _mm512_dpbusd_epi32(zero, wx, y[k]);
+                acc[r][k] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[r][k]);
+            }
+        }
+    }
+    std::array::from_fn(|r| {
+        let mut o = hsum_lanes8(&acc[r]);
+        let mut sm = [0.0f32; 8];
+        // SAFETY: `sm` is 8 writable floats; unaligned store.
+        unsafe { _mm256_storeu_ps(sm.as_mut_ptr(), summs[r]) };
+        for (o, s) in o.iter_mut().zip(sm) {
+            *o += s;
+        }
+        o
+    })
+}
+
+/// The four-row Q4_1 tile over [`unpack_quad_q4_1`]'s layout (`wu`) with eight Q8_1
+/// activation rows.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn dot8r4_quad_q4_1(wu: &[u8], a: ActRows<'_>, out: &mut [[f32; 8]; 4]) {
+    *out = tile8r4_q4_1(wu, a.lay8, a.sc8);
 }
 
 // ------------------------------- GEMV of signed weights × Q8_0, as unsigned bytes + an offset

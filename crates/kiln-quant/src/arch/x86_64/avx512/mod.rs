@@ -42,7 +42,12 @@ pub(crate) const fn table(parent: Kernels) -> Kernels {
     k.set_dotr4(Q5_0, legacy::dotr4_q5_0);
     k.set_dotr4(Q8_0, legacy::dotr4_q8_0);
     k.set_dotr4(Q4_1, legacy::dotr4_q4_1);
-    k.set_dot8(Q4_1, legacy::dot8_q4_1);
+    k.set_dot8r4_grouped(
+        Q4_1,
+        legacy::unpack_quad_q4_1,
+        legacy::dot8r4_quad_q4_1,
+        legacy::QUAD_Q4_1_BLOCK_BYTES,
+    );
     // The signed-weight GEMMs: the four-row tile with the tokens across the lanes, over
     // rows laid out once per row block.
     k.set_dot8r4_grouped(
