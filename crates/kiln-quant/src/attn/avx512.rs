@@ -582,6 +582,40 @@ fn expf8(x: __m256, tab: &[__m512d; 4]) -> __m256 {
     _mm512_cvtpd_ps(_mm512_mul_pd(y, s))
 }
 
+/// [`super::scalar::silu_mul`]: eight values a step, `expf(−g)` by [`expf8`], then the
+/// oracle's add, division and product; a step with an argument `|g| ≥ 80`, infinite or NaN,
+/// and the tail, by the oracle.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+pub(super) fn silu_mul(g: &mut [f32], u: &[f32]) {
+    use super::scalar::{EXPF_SPECIAL_TOP, EXPF_TAB};
+    let n = g.len().min(u.len());
+    let tab: [__m512d; 4] = std::array::from_fn(|i| {
+        // SAFETY: eight `u64` of the 32-entry table.
+        unsafe { _mm512_loadu_pd(EXPF_TAB[8 * i..].as_ptr().cast()) }
+    });
+    let one = _mm256_set1_ps(1.0);
+    let (gp, up) = (g.as_mut_ptr(), u.as_ptr());
+    let mut j = 0;
+    while j + 8 <= n {
+        // SAFETY: `j + 8 ≤ n ≤ g.len(), u.len()`.
+        let (x, uv) = unsafe { (_mm256_loadu_ps(gp.add(j)), _mm256_loadu_ps(up.add(j))) };
+        let top = _mm256_and_si256(
+            _mm256_srli_epi32::<20>(_mm256_castps_si256(x)),
+            _mm256_set1_epi32(0x7ff),
+        );
+        if _mm256_cmpgt_epu32_mask(top, _mm256_set1_epi32(EXPF_SPECIAL_TOP as i32)) != 0 {
+            super::scalar::silu_mul(&mut g[j..j + 8], &u[j..j + 8]);
+        } else {
+            let e = expf8(_mm256_xor_ps(x, _mm256_set1_ps(-0.0)), &tab);
+            let y = _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), uv);
+            // SAFETY: as above.
+            unsafe { _mm256_storeu_ps(gp.add(j), y) };
+        }
+        j += 8;
+    }
+    super::scalar::silu_mul(&mut g[j..n], &u[j..n]);
+}
+
 /// [`super::scalar::softmax_online`]: sixteen keys at a time when none of them raises the
 /// running maximum (after a row's first keys, nearly always) — their weights by [`expf8`],
 /// the sum taken lane by lane in key order as the oracle takes it; a block with a new

@@ -51,6 +51,7 @@
 //! | `scores_rows_f16_split` (one-row scores, ggml's `vec_dot_f16` order) | ✓ (oracle) | ✓ (bit-identical; eight keys a register; the f64 tail and slots past whole groups of eight by the oracle's steps) | avx2's |
 //! | `scores_rows_*`, `accum_rows_*` (many rows over the same pages) | ✓ (the one-row oracle, row by row) | ✓ (bit-identical; each loaded key or value serves four rows) | ✓ (bit-identical; 16 keys a register, up to 8 rows per key load; 4 rows × 64 dimensions of accumulator in registers; avx2's for pages or value rows not a multiple of 16) |
 //! | `softmax_weights` (tile softmax, [`exp`]) | ✓ (oracle) | ✓ (bit-identical) | ✓ (bit-identical) |
+//! | `silu_mul` (the FFN's gated SiLU, [`expf`]) | ✓ (oracle) | ✓ (the oracle with FMA instructions) | ✓ (bit-identical; `expf` on eight `f64` lanes) |
 //! | `softmax_online` (key-by-key softmax, [`expf`]) | ✓ (oracle) | ✓ (the oracle with FMA instructions) | ✓ (bit-identical; sixteen keys a step under the running maximum, `expf` on eight `f64` lanes) |
 //! | [`store_row`] F16, Q8_0 | ✓ | ✓ (kiln-quant activation converters) | avx2's |
 //! | [`store_row`] F32, Q4_0, Q4_1, Q5_0 | ✓ | scalar (not hot: once per token) | scalar |
@@ -114,6 +115,8 @@ pub(crate) type SoftmaxFn = unsafe fn(s: &[f32], m: f32, out: &mut [f32]) -> (f3
 pub(crate) type SoftmaxOnlineFn =
     unsafe fn(s: &[f32], max: f32, sum: f32, ms: &mut [f32], vs: &mut [f32]) -> (f32, f32);
 pub(crate) type RoundFn = unsafe fn(x: &[f32], out: &mut [f32]);
+/// The gated SiLU of a feed-forward block (see [`AttnKernels::silu_mul`]).
+pub(crate) type SiluMulFn = unsafe fn(g: &mut [f32], u: &[f32]);
 /// Many query rows (of `hd`) against the same pages: row `r`'s scores at `out[r·n..]`,
 /// `n = pages.len()·bs`.
 pub(crate) type ScoresRowsFn<K> = unsafe fn(
@@ -159,6 +162,7 @@ pub struct AttnKernels {
     accum_rows_f16_f32: (Isa, AccumRowsFn<f32, f16>),
     softmax_weights: (Isa, SoftmaxFn),
     softmax_online: (Isa, SoftmaxOnlineFn),
+    silu_mul: (Isa, SiluMulFn),
 }
 
 static SCALAR: AttnKernels = AttnKernels {
@@ -177,6 +181,7 @@ static SCALAR: AttnKernels = AttnKernels {
     accum_rows_f16_f32: (Isa::Scalar, scalar::accum_rows_f16_f32),
     softmax_weights: (Isa::Scalar, scalar::softmax_weights),
     softmax_online: (Isa::Scalar, scalar::softmax_online_fn),
+    silu_mul: (Isa::Scalar, scalar::silu_mul),
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -196,6 +201,7 @@ static AVX2: AttnKernels = AttnKernels {
     accum_rows_f16_f32: (Isa::Avx2, avx2::accum_rows_f16_f32),
     softmax_weights: (Isa::Avx2, avx2::softmax_weights),
     softmax_online: (Isa::Avx2, avx2::softmax_online),
+    silu_mul: (Isa::Avx2, avx2::silu_mul),
 };
 
 /// AVX-512: the many-row kernels (prompt tiles, a KV group's query heads) sixteen lanes a
@@ -210,6 +216,7 @@ static AVX512: AttnKernels = AttnKernels {
     accum_rows_f16_f32: (Isa::Avx512, avx512::accum_rows_f16_f32),
     softmax_weights: (Isa::Avx512, avx512::softmax_weights),
     softmax_online: (Isa::Avx512, avx512::softmax_online),
+    silu_mul: (Isa::Avx512, avx512::silu_mul),
     ..AVX2
 };
 
@@ -273,6 +280,7 @@ impl AttnKernels {
             ("accum_rows_f32", self.accum_rows_f32.0),
             ("accum_rows_f16_f32", self.accum_rows_f16_f32.0),
             ("softmax_weights", self.softmax_weights.0),
+            ("silu_mul", self.silu_mul.0),
             ("softmax_online", self.softmax_online.0),
         ]
     }
@@ -598,6 +606,18 @@ impl AttnKernels {
         );
         // SAFETY: as in `scores_f16`; the weights hold `n` floats each.
         unsafe { (self.softmax_online.1)(s, max, sum, &mut ms[..n], &mut vs[..n]) }
+    }
+
+    /// The gated SiLU of a feed-forward block, `g = g / (1 + expf(−g)) · u` elementwise,
+    /// `expf` being [`expf`] (glibc's, written down), so every ISA gives the scalar
+    /// function's bits.
+    ///
+    /// # Panics
+    /// If `g` and `u` differ in length.
+    pub fn silu_mul(&self, g: &mut [f32], u: &[f32]) {
+        assert_eq!(g.len(), u.len(), "silu_mul: gate and up lengths differ");
+        // SAFETY: as in `scores_f16`; equal lengths (asserted).
+        unsafe { (self.silu_mul.1)(g, u) }
     }
 }
 

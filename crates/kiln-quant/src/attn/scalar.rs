@@ -472,6 +472,15 @@ pub(super) fn softmax_online(
     (max, sum)
 }
 
+/// The gated SiLU, `g = g / (1 + expf(−g)) · u` elementwise (the oracle of
+/// `AttnKernels::silu_mul`).
+#[inline(always)]
+pub(super) fn silu_mul(g: &mut [f32], u: &[f32]) {
+    for (g, &u) in g.iter_mut().zip(u) {
+        *g = *g / (1.0 + expf(-*g)) * u;
+    }
+}
+
 /// [`softmax_online`] as a table entry (the oracle's).
 pub(super) fn softmax_online_fn(
     s: &[f32],

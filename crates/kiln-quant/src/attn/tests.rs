@@ -579,6 +579,41 @@ fn softmax_online_equals_the_oracle_on_every_isa() {
 }
 
 #[test]
+fn silu_mul_equals_the_oracle_on_every_isa() {
+    let mut g = Gen(29);
+    for n in [0usize, 1, 7, 8, 9, 16, 63, 100, 4864] {
+        // Gates of a few units with occasional arguments beyond ±80, infinities and NaN
+        // (the oracle's special cases), and ups of unit size.
+        let mut gate: Vec<f32> = (0..n).map(|_| g.next() * 12.0).collect();
+        let specials = [
+            90.0,
+            -95.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -0.0,
+        ];
+        for (i, x) in gate.iter_mut().enumerate() {
+            if i % 29 == 3 {
+                *x = specials[i / 29 % specials.len()];
+            }
+        }
+        let up: Vec<f32> = (0..n).map(|_| g.next()).collect();
+        let mut want = gate.clone();
+        SCALAR.silu_mul(&mut want, &up);
+        for (w, (&x, &u)) in want.iter().zip(gate.iter().zip(&up)) {
+            let direct = x / (1.0 + super::expf(-x)) * u;
+            assert_eq!(w.to_bits(), direct.to_bits(), "oracle silu({x}) * {u}");
+        }
+        for k in fast_tables() {
+            let mut got = gate.clone();
+            k.silu_mul(&mut got, &up);
+            assert_eq!(bits(&got), bits(&want), "{} silu_mul n {n}", k.isa());
+        }
+    }
+}
+
+#[test]
 fn simd_expf_equals_the_scalar_expf_across_its_range() {
     // Every weight is `expf(s − 0)`: a dense sweep of `[-110, 0]` and every float bit
     // pattern near 0, through the vector path (no score exceeds the maximum of 0).
