@@ -127,10 +127,14 @@ pub struct MatmulScratch {
     /// The same scales interleaved per group of eight rows (see `interleave8`), for the
     /// eight-token micro-kernels; whole groups only.
     scales8: [Vec<f32>; AType::COUNT],
-    /// The Q8_K and Q8_0 rows laid out per group of eight rows for the AVX-512 tiles (see
-    /// `interleave8_q8k`, `interleave8_q80`); whole groups only.
+    /// The Q8_K, Q8_0 and Q8_1 rows laid out per group of eight rows for the tiles that read
+    /// them (`Kernels::reads_lay8`; see `interleave8_q8k`, `interleave8_q80`,
+    /// `interleave8_q81`); whole groups only, empty when no kernel reads them.
     lay8: [Vec<u8>; AType::COUNT],
     ready: [bool; AType::COUNT],
+    /// Per activation type, whether `lay8` holds the prepared rows' layout (made when a
+    /// kernel of the table in use reads it).
+    lay8_ready: [bool; AType::COUNT],
     /// [`matmul_grouped`]'s task plan: per group, the end of its task range and its rows per
     /// task.
     group_tasks: Vec<(usize, usize)>,
@@ -174,6 +178,7 @@ impl MatmulScratch {
         self.n_tokens = n_tokens;
         self.cols = cols;
         self.ready = [false; AType::COUNT];
+        self.lay8_ready = [false; AType::COUNT];
         self.reserve_task_order();
     }
 
@@ -222,6 +227,7 @@ impl MatmulScratch {
         self.n_tokens = src.len();
         self.cols = cols;
         self.ready = [false; AType::COUNT];
+        self.lay8_ready = [false; AType::COUNT];
         self.reserve_task_order();
     }
 
@@ -325,31 +331,35 @@ impl MatmulScratch {
             for (g, o) in sc8.chunks_exact_mut(8 * sc_stride).enumerate() {
                 interleave8(&sc[g * 8 * sc_stride..], sc_stride, o);
             }
-            if matches!(a, AType::Q8_K | AType::Q8_0 | AType::Q8_1) {
-                let nb = self.cols / a.ggml().block_elems();
-                let per = lay8_group_bytes(a, nb);
-                // The layouts take fewer bytes than the rows they copy (Q8_K: 272 against
-                // 292 per value block and row; Q8_0: 32⅛ against 34; Q8_1: 32 against 36),
-                // so holding the row
-                // buffer's capacity makes them grow in the same calls as that buffer, never
-                // in a later step of a size seen before (the zero-allocation tests of
-                // kiln-model and kiln-engine).
-                let cap = buf.capacity().max(groups * per);
-                let lay8 = &mut self.lay8[i];
-                if lay8.capacity() < cap {
-                    lay8.reserve_exact(cap - lay8.len());
-                }
-                lay8.resize(groups * per, 0);
-                for (g, o) in lay8.chunks_exact_mut(per.max(1)).enumerate() {
-                    let rows = &buf[g * 8 * rb..];
-                    match a {
-                        AType::Q8_K => interleave8_q8k(rows, rb, nb, o),
-                        AType::Q8_0 => interleave8_q80(rows, rb, nb, o),
-                        _ => interleave8_q81(rows, rb, nb, o),
-                    }
+            self.ready[i] = true;
+        }
+        let nb = self.cols / a.ggml().block_elems();
+        let per = lay8_group_bytes(a, nb);
+        if per > 0 && !self.lay8_ready[i] && k.reads_lay8(a) {
+            // Whole groups of eight rows (quantized types: `n_rows` is a multiple of eight
+            // for a GEMM).
+            let groups = padded_rows(self.n_tokens) / 8;
+            let (rb, buf) = (a.row_bytes(self.cols), &self.acts[i]);
+            // The layouts take fewer bytes than the rows they copy (Q8_K: 272 against 292
+            // per value block and row; Q8_0: 32⅛ against 34; Q8_1: 32 against 36), so
+            // holding the row buffer's capacity makes them grow in the same calls as that
+            // buffer, never in a later step of a size seen before (the zero-allocation tests
+            // of kiln-model and kiln-engine).
+            let cap = buf.capacity().max(groups * per);
+            let lay8 = &mut self.lay8[i];
+            if lay8.capacity() < cap {
+                lay8.reserve_exact(cap - lay8.len());
+            }
+            lay8.resize(groups * per, 0);
+            for (g, o) in lay8.chunks_exact_mut(per).enumerate() {
+                let rows = &buf[g * 8 * rb..];
+                match a {
+                    AType::Q8_K => interleave8_q8k(rows, rb, nb, o),
+                    AType::Q8_0 => interleave8_q80(rows, rb, nb, o),
+                    _ => interleave8_q81(rows, rb, nb, o),
                 }
             }
-            self.ready[i] = true;
+            self.lay8_ready[i] = true;
         }
         let lay8: &[u8] = &self.lay8[i];
         (

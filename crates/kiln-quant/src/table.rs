@@ -338,6 +338,16 @@ impl Kernels {
         Kernels { isa, ..parent }
     }
 
+    /// Whether a kernel of this table reads the `lay8` layout of activations of type `a`:
+    /// the eight-token tiles over row layouts (`dot8r2_unpacked`, `dot8r4_grouped`) of the
+    /// weight types whose activations are `a` do. The matmul scratch lays them out only then.
+    pub(crate) fn reads_lay8(&self, a: AType) -> bool {
+        WType::ALL.iter().any(|&w| {
+            let k = &self.weights[w as usize];
+            w.act() == a && (k.dot8r2_unpacked.is_some() || k.dot8r4_grouped.is_some())
+        })
+    }
+
     const fn own<F>(&self, f: F) -> Imp<F> {
         Imp { isa: self.isa, f }
     }

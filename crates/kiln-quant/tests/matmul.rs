@@ -244,6 +244,8 @@ fn gemm_tiles_equal_the_dot_kernel_for_every_token_count_and_odd_row_counts() {
         GgmlType::Q6_K,
         GgmlType::Q8_0,
         GgmlType::Q4_0,
+        GgmlType::Q5_0,
+        GgmlType::Q4_1,
     ] {
         let cols = cols_for(ty);
         let act = vec_dot_type(ty).expect("supported");
@@ -279,6 +281,52 @@ fn gemm_tiles_equal_the_dot_kernel_for_every_token_count_and_odd_row_counts() {
                                 k.isa()
                             );
                         }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn one_preparation_serves_every_table_in_turn() {
+    // The tables differ in what they lay out beside the quantized rows (the AVX-512 tiles
+    // read the activations once more, per group of eight); a scratch prepared once and used
+    // by each table in turn, in both orders, must still give every table its dot's bits.
+    for ty in [
+        GgmlType::Q4_K,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4_1,
+    ] {
+        let (rows, cols) = (13, cols_for(ty));
+        let data = random_matrix(ty, rows, cols, 5);
+        let w = QMatrix::new(ty, rows, cols, &data).expect("matrix");
+        let act = vec_dot_type(ty).expect("supported");
+        let n = 19;
+        let x = random_x(n * cols, 6);
+        let ks = tables();
+        for order in [false, true] {
+            let mut s = MatmulScratch::default();
+            s.prepare(&x, n, cols);
+            let seq: Vec<_> = if order {
+                ks.iter().rev().collect()
+            } else {
+                ks.iter().collect()
+            };
+            for k in seq {
+                let mut y = vec![0.0f32; n * rows];
+                matmul_prepared_with(k, &w, &mut s, &mut y);
+                for t in 0..n {
+                    let a = quantize(k, act, &x[t * cols..(t + 1) * cols]);
+                    for r in 0..rows {
+                        let d = k.dot(ty, w.row(r), &a).expect("dot");
+                        assert_eq!(
+                            y[t * rows + r].to_bits(),
+                            d.to_bits(),
+                            "{} {ty} t={t} r={r} (reversed order: {order})",
+                            k.isa()
+                        );
                     }
                 }
             }
