@@ -48,6 +48,59 @@ fn lay8_of(wt: WType, a: &[u8], stride: usize) -> Vec<u8> {
     out
 }
 
+/// Eight checked activation rows with what the eight-token kernels read beside them: the
+/// widened scales, those interleaved, and the `lay8` layout (built once per batch by the
+/// matmul scratch; here per call).
+struct Acts8 {
+    stride: usize,
+    sc: Vec<f32>,
+    sc_stride: usize,
+    sc8: Vec<f32>,
+    lay8: Vec<u8>,
+}
+
+impl Acts8 {
+    /// Checks the eight rows `a` against the weight row `w` and lays them out.
+    fn new(wt: WType, ty: GgmlType, w: &[u8], a: &[u8]) -> Result<Acts8, QuantError> {
+        let (sc, stride, sc_stride) = act_rows_checked::<8>(wt, ty, w, a)?;
+        let mut sc8 = vec![0.0f32; 8 * sc_stride];
+        interleave8(&sc, sc_stride, &mut sc8);
+        let lay8 = lay8_of(wt, a, stride);
+        Ok(Acts8 {
+            stride,
+            sc,
+            sc_stride,
+            sc8,
+            lay8,
+        })
+    }
+
+    fn rows<'a>(&'a self, a: &'a [u8]) -> ActRows<'a> {
+        ActRows {
+            a,
+            stride: self.stride,
+            sc: &self.sc,
+            sc_stride: self.sc_stride,
+            sc8: &self.sc8,
+            lay8: &self.lay8,
+        }
+    }
+}
+
+/// The bytes of each of `n` whole rows of `ty` laid end to end in `w`.
+fn whole_rows(ty: GgmlType, w: &[u8], n: usize, what: &'static str) -> Result<usize, QuantError> {
+    let total = elems_in(ty, w.len())?;
+    if total % n != 0 || !(total / n).is_multiple_of(ty.block_elems()) {
+        return Err(QuantError::BadShape {
+            type_name: ty.name(),
+            what,
+            expected: w.len() / n * n,
+            actual: w.len(),
+        });
+    }
+    Ok(w.len() / n)
+}
+
 /// Checks `T` activation rows laid end to end in `a` against the weight row `w` and widens
 /// their block scales: `(scales, row stride in bytes, scales per row)`.
 fn act_rows_checked<const T: usize>(
@@ -208,44 +261,22 @@ impl Kernels {
     /// calls, as the matmul driver does.
     pub fn dot8(&self, ty: GgmlType, w: &[u8], a: &[u8]) -> Result<[f32; 8], QuantError> {
         let wt = wtype(ty)?;
-        let (sc, stride, sc_stride) = act_rows_checked::<8>(wt, ty, w, a)?;
+        let acts = Acts8::new(wt, ty, w, a)?;
+        let (stride, sc, sc_stride) = (acts.stride, &acts.sc, acts.sc_stride);
         let k = &self.weights[wt as usize];
-        let lay8 = lay8_of(wt, a, stride);
         let mut out = [0.0; 8];
         if let Some((unpack, d8)) = k.dot8_unpacked {
-            let mut sc8 = vec![0.0f32; 8 * sc_stride];
-            interleave8(&sc, sc_stride, &mut sc8);
-            let rows = ActRows {
-                a,
-                stride,
-                sc: &sc,
-                sc_stride,
-                sc8: &sc8,
-                lay8: &lay8,
-            };
             let mut wu = vec![crate::blocks::BlockI8::zeroed(); w.len() / ty.block_bytes()];
             // SAFETY: as in `quantize_activations`; `wu` holds one unpacked block per block.
             unsafe {
                 (unpack.f)(w, &mut wu);
-                (d8.f)(bytemuck::cast_slice(&wu), rows, &mut out);
+                (d8.f)(bytemuck::cast_slice(&wu), acts.rows(a), &mut out);
             }
             return Ok(out);
         }
         match k.dot8 {
-            Some(d8) => {
-                let mut sc8 = vec![0.0f32; 8 * sc_stride];
-                interleave8(&sc, sc_stride, &mut sc8);
-                let rows = ActRows {
-                    a,
-                    stride,
-                    sc: &sc,
-                    sc_stride,
-                    sc8: &sc8,
-                    lay8: &lay8,
-                };
-                // SAFETY: as in `quantize_activations`; lengths checked above.
-                unsafe { (d8.f)(w, rows, &mut out) }
-            }
+            // SAFETY: as in `quantize_activations`; lengths checked above.
+            Some(d8) => unsafe { (d8.f)(w, acts.rows(a), &mut out) },
             None => {
                 for half in 0..2 {
                     let part = ActRows {
@@ -273,32 +304,13 @@ impl Kernels {
     /// driver does.
     pub fn dot8r2(&self, ty: GgmlType, w: &[u8], a: &[u8]) -> Result<[[f32; 8]; 2], QuantError> {
         let wt = wtype(ty)?;
-        let total = elems_in(ty, w.len())?;
-        if total % 2 != 0 || !(total / 2).is_multiple_of(ty.block_elems()) {
-            return Err(QuantError::BadShape {
-                type_name: ty.name(),
-                what: "weight bytes (not two whole rows)",
-                expected: w.len() / 2 * 2,
-                actual: w.len(),
-            });
-        }
-        let rb = w.len() / 2;
+        let rb = whole_rows(ty, w, 2, "weight bytes (not two whole rows)")?;
         let k = &self.weights[wt as usize];
         if k.dot8r2.is_none() && k.dot8r2_unpacked.is_none() {
             return Ok([self.dot8(ty, &w[..rb], a)?, self.dot8(ty, &w[rb..], a)?]);
         }
-        let (sc, stride, sc_stride) = act_rows_checked::<8>(wt, ty, &w[..rb], a)?;
-        let mut sc8 = vec![0.0f32; 8 * sc_stride];
-        interleave8(&sc, sc_stride, &mut sc8);
-        let lay8 = lay8_of(wt, a, stride);
-        let rows = ActRows {
-            a,
-            stride,
-            sc: &sc,
-            sc_stride,
-            sc8: &sc8,
-            lay8: &lay8,
-        };
+        let acts = Acts8::new(wt, ty, &w[..rb], a)?;
+        let rows = acts.rows(a);
         let mut out = [[0.0; 8]; 2];
         if let Some(tile) = k.dot8r2 {
             // SAFETY: as in `quantize_activations`; lengths checked above (`w` is two rows
@@ -334,16 +346,7 @@ impl Kernels {
     /// driver does.
     pub fn dot8r4(&self, ty: GgmlType, w: &[u8], a: &[u8]) -> Result<[[f32; 8]; 4], QuantError> {
         let wt = wtype(ty)?;
-        let total = elems_in(ty, w.len())?;
-        if total % 4 != 0 || !(total / 4).is_multiple_of(ty.block_elems()) {
-            return Err(QuantError::BadShape {
-                type_name: ty.name(),
-                what: "weight bytes (not four whole rows)",
-                expected: w.len() / 4 * 4,
-                actual: w.len(),
-            });
-        }
-        let rb = w.len() / 4;
+        let rb = whole_rows(ty, w, 4, "weight bytes (not four whole rows)")?;
         let Some(q) = self.weights[wt as usize].dot8r4_grouped else {
             let mut out = [[0.0; 8]; 4];
             for (r, o) in out.iter_mut().enumerate() {
@@ -351,18 +354,7 @@ impl Kernels {
             }
             return Ok(out);
         };
-        let (sc, stride, sc_stride) = act_rows_checked::<8>(wt, ty, &w[..rb], a)?;
-        let mut sc8 = vec![0.0f32; 8 * sc_stride];
-        interleave8(&sc, sc_stride, &mut sc8);
-        let lay8 = lay8_of(wt, a, stride);
-        let rows = ActRows {
-            a,
-            stride,
-            sc: &sc,
-            sc_stride,
-            sc8: &sc8,
-            lay8: &lay8,
-        };
+        let acts = Acts8::new(wt, ty, &w[..rb], a)?;
         // As the matmul driver: the four rows unpacked, then the tile over them.
         let mut wu = vec![0u8; q.group_bytes(rb / ty.block_bytes())];
         let mut out = [[0.0; 8]; 4];
@@ -370,7 +362,7 @@ impl Kernels {
         // `rb` bytes, `a` eight activation rows of their length, `wu` the group's layout).
         unsafe {
             (q.unpack.f)(w, rb, &mut wu);
-            (q.tile.f)(&wu, rows, &mut out);
+            (q.tile.f)(&wu, acts.rows(a), &mut out);
         }
         Ok(out)
     }
@@ -392,21 +384,13 @@ impl Kernels {
     /// activation row. Each result equals [`Kernels::dot`] of that row bit for bit.
     pub fn dotr4(&self, ty: GgmlType, w: &[u8], a: &[u8]) -> Result<[f32; 4], QuantError> {
         let wt = wtype(ty)?;
-        let total = elems_in(ty, w.len())?;
-        if total % 4 != 0 || !(total / 4).is_multiple_of(ty.block_elems()) {
-            return Err(QuantError::BadShape {
-                type_name: ty.name(),
-                what: "weight bytes (not four whole rows)",
-                expected: w.len() / 4 * 4,
-                actual: w.len(),
-            });
-        }
-        let n = total / 4;
+        let rb = whole_rows(ty, w, 4, "weight bytes (not four whole rows)")?;
+        let n = elems_in(ty, rb)?;
         let at = wt.act();
         check_len(at.ggml(), "activation bytes", at.row_bytes(n), a.len())?;
         let mut out = [0.0; 4];
         // SAFETY: as in `quantize_activations`; lengths checked above.
-        unsafe { (self.weights[wt as usize].dotr4.f)(w, w.len() / 4, a, &mut out) };
+        unsafe { (self.weights[wt as usize].dotr4.f)(w, rb, a, &mut out) };
         Ok(out)
     }
 

@@ -222,31 +222,38 @@ fn dot8_equals_eight_single_dots_bit_for_bit() {
     }
 }
 
-#[test]
-fn dot8r2_equals_sixteen_single_dots_bit_for_bit() {
+/// A multi-row GEMM tile (`tile`: `R` weight rows laid end to end, eight activation rows)
+/// against the same table's single dots of every row and token, bit for bit.
+fn check_tile<const R: usize>(
+    name: &str,
+    seeds: u64,
+    tile: impl Fn(&Kernels, GgmlType, &[u8], &[u8]) -> [[f32; 8]; R],
+) {
     for ty in weight_types() {
         let act = vec_dot_type(ty).expect("supported");
-        for case in cases(ty, 3) {
+        for case in cases(ty, seeds) {
             let n = case.x.len();
-            let mut rng = SeedRng::new(case.seed ^ 0xD082);
-            let other = random_weights(ty, case.w.len() / ty.block_bytes(), &mut rng);
-            let w2 = [case.w.clone(), other].concat();
+            let mut rng = SeedRng::new(case.seed ^ (0xD080 + R as u64));
+            let nb = case.w.len() / ty.block_bytes();
+            let w: Vec<u8> = std::iter::once(case.w.clone())
+                .chain((1..R).map(|_| random_weights(ty, nb, &mut rng)))
+                .collect::<Vec<_>>()
+                .concat();
             let rows: Vec<Vec<u8>> = (0..8)
                 .map(|_| quantize(scalar(), act, &random_acts(n, &mut rng)))
                 .collect();
             let a8 = rows.concat();
+            let rb = case.w.len();
             for k in tables() {
-                let got = k.dot8r2(ty, &w2, &a8).expect("dot8r2");
-                let rb = case.w.len();
+                let got = tile(k, ty, &w, &a8);
                 for (r, got) in got.iter().enumerate() {
-                    for t in 0..8 {
-                        let one = k.dot(ty, &w2[r * rb..(r + 1) * rb], &rows[t]).expect("dot");
+                    for (t, g) in got.iter().enumerate() {
+                        let one = k.dot(ty, &w[r * rb..(r + 1) * rb], &rows[t]).expect("dot");
                         assert_eq!(
-                            got[t].to_bits(),
+                            g.to_bits(),
                             one.to_bits(),
-                            "{} dot8r2 {ty} row {r} token {t}: {} vs dot {one}",
-                            k.isa(),
-                            got[t]
+                            "{} {name} {ty} row {r} token {t}: {g} vs dot {one}",
+                            k.isa()
                         );
                     }
                 }
@@ -256,39 +263,17 @@ fn dot8r2_equals_sixteen_single_dots_bit_for_bit() {
 }
 
 #[test]
+fn dot8r2_equals_sixteen_single_dots_bit_for_bit() {
+    check_tile::<2>("dot8r2", 3, |k, ty, w, a| {
+        k.dot8r2(ty, w, a).expect("dot8r2")
+    });
+}
+
+#[test]
 fn dot8r4_equals_thirty_two_single_dots_bit_for_bit() {
-    for ty in weight_types() {
-        let act = vec_dot_type(ty).expect("supported");
-        for case in cases(ty, 2) {
-            let n = case.x.len();
-            let mut rng = SeedRng::new(case.seed ^ 0xD084);
-            let nb = case.w.len() / ty.block_bytes();
-            let w4: Vec<u8> = std::iter::once(case.w.clone())
-                .chain((0..3).map(|_| random_weights(ty, nb, &mut rng)))
-                .collect::<Vec<_>>()
-                .concat();
-            let rows: Vec<Vec<u8>> = (0..8)
-                .map(|_| quantize(scalar(), act, &random_acts(n, &mut rng)))
-                .collect();
-            let a8 = rows.concat();
-            let rb = case.w.len();
-            for k in tables() {
-                let got = k.dot8r4(ty, &w4, &a8).expect("dot8r4");
-                for (r, got) in got.iter().enumerate() {
-                    for t in 0..8 {
-                        let one = k.dot(ty, &w4[r * rb..(r + 1) * rb], &rows[t]).expect("dot");
-                        assert_eq!(
-                            got[t].to_bits(),
-                            one.to_bits(),
-                            "{} dot8r4 {ty} row {r} token {t}: {} vs dot {one}",
-                            k.isa(),
-                            got[t]
-                        );
-                    }
-                }
-            }
-        }
-    }
+    check_tile::<4>("dot8r4", 2, |k, ty, w, a| {
+        k.dot8r4(ty, w, a).expect("dot8r4")
+    });
 }
 
 #[test]

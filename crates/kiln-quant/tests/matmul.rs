@@ -26,6 +26,25 @@ fn random_x(n: usize, seed: u64) -> Vec<f32> {
     random_acts(n, &mut SeedRng::new(seed ^ 0xABCD))
 }
 
+/// Asserts that `y` (`n` tokens × the matrix's rows) holds table `k`'s dot of every row with
+/// every token of `x` (rows of `w.cols`), bit for bit.
+fn assert_dots(k: &kiln_quant::Kernels, w: &QMatrix, x: &[f32], y: &[f32], what: &str) {
+    let (ty, rows, cols) = (w.ty(), w.rows(), w.cols());
+    let act = vec_dot_type(ty).expect("supported");
+    for (t, xt) in x.chunks_exact(cols).enumerate() {
+        let a = quantize(k, act, xt);
+        for r in 0..rows {
+            let d = k.dot(ty, w.row(r), &a).expect("dot");
+            assert_eq!(
+                y[t * rows + r].to_bits(),
+                d.to_bits(),
+                "{} {ty} t={t} r={r} {what}",
+                k.isa()
+            );
+        }
+    }
+}
+
 #[test]
 fn matmul_matches_the_naive_dequantized_product() {
     for ty in weight_types() {
@@ -60,7 +79,6 @@ fn matmul_outputs_equal_the_dot_kernel_bit_for_bit() {
         let (rows, cols) = (21, cols_for(ty));
         let data = random_matrix(ty, rows, cols, 2);
         let w = QMatrix::new(ty, rows, cols, &data).expect("matrix");
-        let act = vec_dot_type(ty).expect("supported");
         for k in tables() {
             let n = 70; // several groups of eight, a remainder that is not a multiple of 4
             let x = random_x(n * cols, 3);
@@ -68,18 +86,7 @@ fn matmul_outputs_equal_the_dot_kernel_bit_for_bit() {
             s.prepare(&x, n, cols);
             let mut y = vec![0.0f32; n * rows];
             matmul_prepared_with(k, &w, &mut s, &mut y);
-            for t in 0..n {
-                let a = quantize(k, act, &x[t * cols..(t + 1) * cols]);
-                for r in 0..rows {
-                    let d = k.dot(ty, w.row(r), &a).expect("dot");
-                    assert_eq!(
-                        y[t * rows + r].to_bits(),
-                        d.to_bits(),
-                        "{} {ty} t={t} r={r}",
-                        k.isa()
-                    );
-                }
-            }
+            assert_dots(k, &w, &x, &y, "");
         }
     }
 }
@@ -302,14 +309,13 @@ fn one_preparation_serves_every_table_in_turn() {
         let (rows, cols) = (13, cols_for(ty));
         let data = random_matrix(ty, rows, cols, 5);
         let w = QMatrix::new(ty, rows, cols, &data).expect("matrix");
-        let act = vec_dot_type(ty).expect("supported");
         let n = 19;
         let x = random_x(n * cols, 6);
         let ks = tables();
-        for order in [false, true] {
+        for reversed in [false, true] {
             let mut s = MatmulScratch::default();
             s.prepare(&x, n, cols);
-            let seq: Vec<_> = if order {
+            let seq: Vec<_> = if reversed {
                 ks.iter().rev().collect()
             } else {
                 ks.iter().collect()
@@ -317,18 +323,7 @@ fn one_preparation_serves_every_table_in_turn() {
             for k in seq {
                 let mut y = vec![0.0f32; n * rows];
                 matmul_prepared_with(k, &w, &mut s, &mut y);
-                for t in 0..n {
-                    let a = quantize(k, act, &x[t * cols..(t + 1) * cols]);
-                    for r in 0..rows {
-                        let d = k.dot(ty, w.row(r), &a).expect("dot");
-                        assert_eq!(
-                            y[t * rows + r].to_bits(),
-                            d.to_bits(),
-                            "{} {ty} t={t} r={r} (reversed order: {order})",
-                            k.isa()
-                        );
-                    }
-                }
+                assert_dots(k, &w, &x, &y, &format!("(tables reversed: {reversed})"));
             }
         }
     }

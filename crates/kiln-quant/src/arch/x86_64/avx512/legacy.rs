@@ -46,6 +46,26 @@ fn unpack_q8_0(x: &BlockQ8_0) -> (__m256i, f32) {
 /// values and eight `i32` quad offsets, and its `d`.
 pub(crate) const QUAD_BLOCK_BYTES: usize = 4 * (32 + 32 + 4);
 
+/// For a four-row layout: how many rows `w` holds (one to four, `row_bytes` apart; checked),
+/// their blocks per row (`block` bytes each), and the group's layout in `out` (`per_block`
+/// bytes per block column, rounded up to whole 64-byte lines), zeroed when rows are missing.
+fn quad_layout<'a>(
+    w: &[u8],
+    row_bytes: usize,
+    block: usize,
+    per_block: usize,
+    out: &'a mut [u8],
+) -> (usize, usize, &'a mut [u8]) {
+    let n = w.len() / row_bytes.max(1);
+    assert!((1..=4).contains(&n) && w.len() == n * row_bytes);
+    let nb = row_bytes / block;
+    let out = &mut out[..(nb * per_block).next_multiple_of(64)];
+    if n < 4 {
+        out.fill(0);
+    }
+    (n, nb, out)
+}
+
 /// Lays out one to four rows of a signed-weight type (`w`, `row_bytes` apart) for
 /// [`tile8r4_quad`], [`QUAD_BLOCK_BYTES`] per block column (the group rounded up to whole
 /// 64-byte lines): block `i` at `256 i`, row `r` of it at `64 r` as the block's 32 values
@@ -60,13 +80,7 @@ fn unpack_quad<W: bytemuck::Pod>(
     out: &mut [u8],
     unpack: impl Fn(&W) -> (__m256i, f32),
 ) {
-    let n = w.len() / row_bytes.max(1);
-    assert!((1..=4).contains(&n) && w.len() == n * row_bytes);
-    let nb = row_bytes / size_of::<W>();
-    let out = &mut out[..(nb * QUAD_BLOCK_BYTES).next_multiple_of(64)];
-    if n < 4 {
-        out.fill(0);
-    }
+    let (n, nb, out) = quad_layout(w, row_bytes, size_of::<W>(), QUAD_BLOCK_BYTES, out);
     let (vals, tail) = out.split_at_mut(256 * nb);
     let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     let zero = _mm256_setzero_si256();
@@ -84,6 +98,25 @@ fn unpack_quad<W: bytemuck::Pod>(
             tail[16 * i + 4 * r..16 * i + 4 * r + 4].copy_from_slice(&d.to_le_bytes());
         }
     }
+}
+
+/// The `N` bytes of `s` from `at`, as an array (in bounds, checked).
+#[inline(always)]
+fn bytes_at<const N: usize>(s: &[u8], at: usize) -> &[u8; N] {
+    s[at..at + N].try_into().unwrap_or_else(|_| unreachable!())
+}
+
+/// The little-endian `f32` at `at` of `s`.
+#[inline(always)]
+fn f32_at(s: &[u8], at: usize) -> f32 {
+    f32::from_le_bytes(*bytes_at(s, at))
+}
+
+/// The 64 bits at `at` of `s`, in all eight 64-bit lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn splat64_at(s: &[u8], at: usize) -> __m512i {
+    _mm512_set1_epi64(i64::from_le_bytes(*bytes_at(s, at)))
 }
 
 /// The exact correction of a quirk block's lanes: AVX2's sign trick gives `|x| · -128` for
@@ -126,38 +159,22 @@ fn tile8r4_quad(wu: &[u8], yu: &[u8], sc8: &[f32]) -> [[f32; 8]; 4] {
     let dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     let mut acc = [[_mm512_setzero_ps(); 4]; 4];
     for i in 0..nb {
-        let yb: &[u8; Q808_BLOCK_BYTES] = ys[Q808_BLOCK_BYTES * i..][..Q808_BLOCK_BYTES]
-            .try_into()
-            .unwrap_or_else(|_| unreachable!());
-        let blk: &[u8; 256] = vals[256 * i..][..256]
-            .try_into()
-            .unwrap_or_else(|_| unreachable!());
-        let ds: &[u8; 16] = tail[16 * i..][..16]
-            .try_into()
-            .unwrap_or_else(|_| unreachable!());
+        let yb: &[u8; Q808_BLOCK_BYTES] = bytes_at(ys, Q808_BLOCK_BYTES * i);
+        let blk: &[u8; 256] = bytes_at(vals, 256 * i);
+        let ds: &[u8; 16] = bytes_at(tail, 16 * i);
         let y: [__m512i; 4] = std::array::from_fn(|k| load512(&yb[64 * k..64 * k + 64]));
         let dy = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(load_f32x8(&sc8[8 * i..])));
         let quirk = flags[i] != 0;
-        for r in 0..4 {
-            let dx = f32::from_le_bytes([ds[4 * r], ds[4 * r + 1], ds[4 * r + 2], ds[4 * r + 3]]);
-            let d = _mm512_mul_ps(_mm512_set1_ps(dx), dy);
-            for k in 0..4 {
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let d = _mm512_mul_ps(_mm512_set1_ps(f32_at(ds, 4 * r)), dy);
+            for (k, acc) in acc.iter_mut().enumerate() {
                 let at = 64 * r + 8 * k;
-                let wx = _mm512_set1_epi64(i64::from_le_bytes(
-                    blk[at..at + 8]
-                        .try_into()
-                        .unwrap_or_else(|_| unreachable!()),
-                ));
-                let st = _mm512_set1_epi64(i64::from_le_bytes(
-                    blk[at + 32..at + 40]
-                        .try_into()
-                        .unwrap_or_else(|_| unreachable!()),
-                ));
+                let (wx, st) = (splat64_at(blk, at), splat64_at(blk, at + 32));
                 let mut s = _mm512_dpbusd_epi32(st, y[k], wx);
                 if quirk {
                     s = _mm512_add_epi32(s, quirk_quads(y[k], wx));
                 }
-                acc[r][k] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[r][k]);
+                *acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), *acc);
             }
         }
     }
@@ -222,13 +239,13 @@ pub(crate) const QUAD_Q4_1_BLOCK_BYTES: usize = 4 * (32 + 8);
 /// and `m` from `128 nb`, block `i`'s four pairs at `128 nb + 32 i`. Missing rows are zeros.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) fn unpack_quad_q4_1(w: &[u8], row_bytes: usize, out: &mut [u8]) {
-    let n = w.len() / row_bytes.max(1);
-    assert!((1..=4).contains(&n) && w.len() == n * row_bytes);
-    let nb = row_bytes / size_of::<BlockQ4_1>();
-    let out = &mut out[..(nb * QUAD_Q4_1_BLOCK_BYTES).next_multiple_of(64)];
-    if n < 4 {
-        out.fill(0);
-    }
+    let (n, nb, out) = quad_layout(
+        w,
+        row_bytes,
+        size_of::<BlockQ4_1>(),
+        QUAD_Q4_1_BLOCK_BYTES,
+        out,
+    );
     let (vals, tail) = out.split_at_mut(128 * nb);
     let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for r in 0..n {
@@ -267,31 +284,20 @@ fn tile8r4_q4_1(wu: &[u8], yu: &[u8], sc8: &[f32]) -> [[f32; 8]; 4] {
     let mut acc = [[_mm512_setzero_ps(); 4]; 4];
     let mut summs = [_mm256_setzero_ps(); 4];
     for i in 0..nb {
-        let yb: &[u8; Q808_BLOCK_BYTES] = yu[Q808_BLOCK_BYTES * i..][..Q808_BLOCK_BYTES]
-            .try_into()
-            .unwrap_or_else(|_| unreachable!());
-        let blk: &[u8; 128] = vals[128 * i..][..128]
-            .try_into()
-            .unwrap_or_else(|_| unreachable!());
-        let dm: &[u8; 32] = tail[32 * i..][..32]
-            .try_into()
-            .unwrap_or_else(|_| unreachable!());
+        let yb: &[u8; Q808_BLOCK_BYTES] = bytes_at(yu, Q808_BLOCK_BYTES * i);
+        let blk: &[u8; 128] = bytes_at(vals, 128 * i);
+        let dm: &[u8; 32] = bytes_at(tail, 32 * i);
         let y: [__m512i; 4] = std::array::from_fn(|k| load512(&yb[64 * k..64 * k + 64]));
         let s8 = &sc8[16 * i..16 * i + 16];
         let dy = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(load_f32x8(s8)));
         let sy = load_f32x8(&s8[8..]);
         for r in 0..4 {
-            let f = |o: usize| f32::from_le_bytes([dm[o], dm[o + 1], dm[o + 2], dm[o + 3]]);
-            let (dx, mx) = (f(8 * r), f(8 * r + 4));
+            let (dx, mx) = (f32_at(dm, 8 * r), f32_at(dm, 8 * r + 4));
             summs[r] = _mm256_fmadd_ps(_mm256_set1_ps(mx), sy, summs[r]);
             let d = _mm512_mul_ps(_mm512_set1_ps(dx), dy);
             for k in 0..4 {
                 let at = 32 * r + 8 * k;
-                let wx = _mm512_set1_epi64(i64::from_le_bytes(
-                    blk[at..at + 8]
-                        .try_into()
-                        .unwrap_or_else(|_| unreachable!()),
-                ));
+                let wx = splat64_at(blk, at);
                 let s = _mm512_dpbusd_epi32(zero, wx, y[k]);
                 acc[r][k] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[r][k]);
             }
