@@ -596,26 +596,29 @@ thread_local! {
     /// Per worker thread: the current row block unpacked (types with `dot8_unpacked`). Grows
     /// to the largest row block seen, then is reused.
     static UNPACKED: std::cell::RefCell<Vec<BlockI8>> = const { std::cell::RefCell::new(Vec::new()) };
-    /// Per worker thread: the current row block's row pairs unpacked (types with
-    /// `dot8r2_unpacked`). Sized on first use for the largest row block of any matrix
+    /// Per worker thread: the current row block's groups of rows laid out together, the
+    /// row pairs of `dot8r2_unpacked` or the groups of four of `dot8r4_grouped`. Sized on
+    /// first use for the largest row block of any matrix
     /// whose rows fit [`ROW_BLOCK_BYTES`] at least [`ROW_BLOCK_MIN`] times, so it grows only
     /// for rows longer than that, then is reused.
-    static UNPACKED_PAIRS: std::cell::RefCell<Vec<Line64>> = const { std::cell::RefCell::new(Vec::new()) };
+    static ROW_GROUPS: std::cell::RefCell<Vec<Line64>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// `buf` with at least `lines` lines, the first `lines` as bytes. On first use it takes the
 /// capacity of any row block whose rows are at most a [`ROW_BLOCK_MIN`]-th of
 /// [`ROW_BLOCK_BYTES`], so a later matrix of another shape does not allocate.
-fn pair_lines(
+fn group_lines(
     buf: &mut Vec<Line64>,
     lines: usize,
     layout_bytes: usize,
     raw_bytes: usize,
 ) -> &mut [u8] {
     if buf.len() < lines {
-        // A row block holds at most `ROW_BLOCK_BYTES / row_bytes + 1` rows (an even count),
-        // so its pairs' layout at most the layout of `ROW_BLOCK_BYTES` plus one row pair
-        // of the longest such rows (and two pairs for the rounding).
+        // A row block holds at most `ROW_BLOCK_BYTES / row_bytes + 1` rows (rounded up to
+        // its group size), so its groups' layout at most the layout of `ROW_BLOCK_BYTES`
+        // plus one group of the longest such rows (and two groups for the rounding).
+        // `raw_bytes` is what a group's block column counts against `ROW_BLOCK_BYTES`,
+        // `layout_bytes` what it takes laid out.
         let most = (ROW_BLOCK_BYTES / raw_bytes + ROW_BLOCK_BYTES / ROW_BLOCK_MIN / raw_bytes + 2)
             * layout_bytes
             / 64;
@@ -704,8 +707,8 @@ unsafe fn gemm_tile(
             // outputs are dropped.
             let per = q.group_bytes(nb);
             let quads = (re - rb).div_ceil(4);
-            UNPACKED_PAIRS.with_borrow_mut(|buf| {
-                let bytes = pair_lines(buf, quads * per / 64, q.block_bytes, q.block_bytes);
+            ROW_GROUPS.with_borrow_mut(|buf| {
+                let bytes = group_lines(buf, quads * per / 64, q.block_bytes, q.block_bytes);
                 for (k, dst) in bytes.chunks_exact_mut(per).enumerate() {
                     let r = rb + 4 * k;
                     let n_r = (re - r).min(4);
@@ -762,11 +765,11 @@ unsafe fn gemm_tile(
             // an odd last row takes the one-row tile.
             let per = nb * p.block_bytes;
             let pairs = (re - rb) / 2;
-            UNPACKED_PAIRS.with_borrow_mut(|buf| {
+            ROW_GROUPS.with_borrow_mut(|buf| {
                 let lines = pairs * per / 64;
                 // The layout's bytes per raw super-block of the pair.
                 let raw = 2 * w.ty.block_bytes();
-                let bytes = pair_lines(buf, lines, p.block_bytes, raw);
+                let bytes = group_lines(buf, lines, p.block_bytes, raw);
                 for (k, dst) in bytes.chunks_exact_mut(per.max(1)).enumerate() {
                     let r = rb + 2 * k;
                     // SAFETY: kernels of a supported ISA; two whole rows `row_bytes` apart,

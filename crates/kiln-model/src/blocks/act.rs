@@ -5,10 +5,11 @@ use std::sync::OnceLock;
 
 use half::f16;
 
-/// SiLU, `x * sigmoid(x)`.
+/// SiLU, `x * sigmoid(x)`, with the `expf` the gated form's kernel uses (glibc's, written
+/// down: `kiln_quant::attn::expf`), so both forms give the same bits on every platform.
 #[inline]
 pub(crate) fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
+    x / (1.0 + kiln_quant::attn::expf(-x))
 }
 
 /// GELU with the tanh approximation, as ggml's `gelu` and HF's `gelu_pytorch_tanh`, with
