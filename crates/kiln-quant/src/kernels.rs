@@ -112,10 +112,11 @@ fn act_rows_checked<const T: usize>(
     let n = elems_in(ty, w.len())?;
     let at = wt.act();
     let stride = at.row_bytes(n);
-    let what = if T == 4 {
-        "activation bytes (4 rows)"
-    } else {
-        "activation bytes (8 rows)"
+    let what = match T {
+        2 => "activation bytes (2 rows)",
+        3 => "activation bytes (3 rows)",
+        4 => "activation bytes (4 rows)",
+        _ => "activation bytes (8 rows)",
     };
     check_len(at.ggml(), what, T * stride, a.len())?;
     let n_sc = act_scale_count(at, n / at.ggml().block_elems());
@@ -255,6 +256,70 @@ impl Kernels {
         Ok(out)
     }
 
+    /// The eight-token kernel over rows unpacked once per GEMM task (the matmul driver's
+    /// choice for tasks of many groups of eight tokens), on `w` unpacked here; `None` when
+    /// this table has none for `ty`. Each result equals [`Kernels::dot`] bit for bit.
+    pub fn dot8_unpacked(
+        &self,
+        ty: GgmlType,
+        w: &[u8],
+        a: &[u8],
+    ) -> Result<Option<[f32; 8]>, QuantError> {
+        let wt = wtype(ty)?;
+        let acts = Acts8::new(wt, ty, w, a)?;
+        let Some((unpack, d8)) = self.weights[wt as usize].dot8_unpacked else {
+            return Ok(None);
+        };
+        let mut out = [0.0; 8];
+        let mut wu = vec![crate::blocks::BlockI8::zeroed(); w.len() / ty.block_bytes()];
+        // SAFETY: as in `quantize_activations`; `wu` holds one unpacked block per block.
+        unsafe {
+            (unpack.f)(w, &mut wu);
+            (d8.f)(bytemuck::cast_slice(&wu), acts.rows(a), &mut out);
+        }
+        Ok(Some(out))
+    }
+
+    /// The two- or three-token GEMM micro-kernel (`a` holds `N` activation rows, `N` 2 or
+    /// 3), each result equal to [`Kernels::dot`] of the same row bit for bit; `None` when
+    /// this table has none for `ty` (the driver then pads to a wider kernel).
+    pub fn dot23<const N: usize>(
+        &self,
+        ty: GgmlType,
+        w: &[u8],
+        a: &[u8],
+    ) -> Result<Option<[f32; N]>, QuantError> {
+        let wt = wtype(ty)?;
+        let (sc, stride, sc_stride) = act_rows_checked::<N>(wt, ty, w, a)?;
+        let Some((d2, d3)) = self.weights[wt as usize].dot23 else {
+            return Ok(None);
+        };
+        let f = match N {
+            2 => d2.f,
+            3 => d3.f,
+            _ => {
+                return Err(QuantError::BadShape {
+                    type_name: ty.name(),
+                    what: "tokens of a two- or three-token kernel",
+                    expected: 3,
+                    actual: N,
+                });
+            }
+        };
+        let rows = ActRows {
+            a,
+            stride,
+            sc: &sc,
+            sc_stride,
+            sc8: &[],
+            lay8: &[],
+        };
+        let mut out = [0.0; 4];
+        // SAFETY: as in `quantize_activations`; lengths checked above.
+        unsafe { f(w, rows, &mut out) };
+        Ok(Some(std::array::from_fn(|t| out[t])))
+    }
+
     /// The wide GEMM micro-kernel: dots of `w` with eight activation rows laid end to end in
     /// `a`, each equal to [`Kernels::dot`] of the same row bit for bit. Types without an
     /// eight-token kernel in this table ([`Kernels::has_dot8`]) answer with two four-token
@@ -265,14 +330,8 @@ impl Kernels {
         let (stride, sc, sc_stride) = (acts.stride, &acts.sc, acts.sc_stride);
         let k = &self.weights[wt as usize];
         let mut out = [0.0; 8];
-        if let Some((unpack, d8)) = k.dot8_unpacked {
-            let mut wu = vec![crate::blocks::BlockI8::zeroed(); w.len() / ty.block_bytes()];
-            // SAFETY: as in `quantize_activations`; `wu` holds one unpacked block per block.
-            unsafe {
-                (unpack.f)(w, &mut wu);
-                (d8.f)(bytemuck::cast_slice(&wu), acts.rows(a), &mut out);
-            }
-            return Ok(out);
+        if let (None, Some(_)) = (k.dot8, k.dot8_unpacked) {
+            return Ok(self.dot8_unpacked(ty, w, a)?.unwrap_or(out));
         }
         match k.dot8 {
             // SAFETY: as in `quantize_activations`; lengths checked above.

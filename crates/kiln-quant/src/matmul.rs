@@ -497,6 +497,13 @@ fn gemv_rows(wk: &WeightKernels, w: &QMatrix, a: &[u8], r0: usize, ys: &mut [f32
 /// block stays in the core's L2 while every token of the task streams past it, so each
 /// weight byte comes from DRAM once per matmul, not once per group of tokens.
 const ROW_BLOCK_BYTES: usize = 192 * 1024;
+/// Fewest groups of eight tokens in a GEMM task for which a type with both an eight-token
+/// kernel over unpacked rows and one over packed rows takes the unpacked one.
+/// Below it, unpacking the row block is a pass over the weights that overlaps no
+/// arithmetic (AVX2, Q5_0 and Q4_0 rows out of cache, one thread: with packed rows eight
+/// tokens took 21.9–23.6 ms where unpacked ones took 24.6–28.9, 24 tokens 56–61 against
+/// 67–70, 32 tokens 77–88 against 71–84).
+pub(crate) const UNPACK_MIN_GROUPS: usize = 4;
 /// Fewest rows in a GEMM row block.
 const ROW_BLOCK_MIN: usize = 4;
 /// GEMM tasks per thread (claimed dynamically, so a late thread delays the matmul by one).
@@ -663,7 +670,13 @@ unsafe fn gemm_tile(
             &[]
         },
     };
-    let unpacked = wk.dot8_unpacked.map(|(u, d)| (u.f, d.f));
+    // Rows unpacked once per row block pay for themselves over several groups of eight
+    // tokens; for fewer, a type that has a packed `dot8` unpacks each block in registers
+    // as it goes, its weight stream overlapping the arithmetic (see `UNPACK_MIN_GROUPS`).
+    let unpacked = wk
+        .dot8_unpacked
+        .filter(|_| dot8.is_none() || (t1 - t0).div_ceil(8) >= UNPACK_MIN_GROUPS)
+        .map(|(u, d)| (u.f, d.f));
     let quad = wk.dot8r4_grouped;
     let pair_unpacked = wk.dot8r2_unpacked;
     let nb = w.cols / w.ty.block_elems();
@@ -679,16 +692,32 @@ unsafe fn gemm_tile(
         .next_multiple_of(if quad.is_some() { 4 } else { 2 });
     // Whether the activations hold `len` rows from `t` (real or padding, see
     // `padded_rows`): the tile's last group may then run a wider kernel than its tokens
-    // fill, dropping the padding outputs. Five to seven tokens take an eight-token call,
-    // two or three a four-token one; one takes a single dot. With a four-row tile two to
+    // fill, dropping the padding outputs. Without two- and three-token kernels, five to
+    // seven tokens take an eight-token call, two or three a four-token one; one takes the
+    // GEMV's row quads. With a four-row tile two to
     // four tokens take an eight-token call too: it costs about what the four-token kernel
     // does over the same rows (Q5_0, 896 × 896, one thread: 107 against 102 µs), and a
     // task's second group of eight reuses the rows laid out for its first (12 tokens:
     // 209 µs as eight + four, 178 as two eights).
     let fits = |t: usize, len: usize| (t + len) * stride <= a.a.len();
-    let least8 = if quad.is_some() { 1 } else { 4 };
+    // With two- and three-token kernels (`dot23`, AVX2), two or three tokens left take
+    // those kernels and five a four-token call and the GEMV's row quads: a four-token
+    // call over two real tokens costs four tokens' arithmetic, which with a few tokens
+    // is what sets the pace (the weights stream by meanwhile). Six or seven still take an
+    // eight-token call (Qwen2.5-Coder-0.5B's matrices, two threads: two tokens 51 -> 33–43
+    // ms, three 51 -> 43–48, five 85 -> 70–75; six and seven as four + two or three
+    // were no faster than one padded eight-token call).
+    let dot23 = wk.dot23.map(|(d2, d3)| (d2.f, d3.f));
+    let least8 = if quad.is_some() {
+        1
+    } else if dot23.is_some() {
+        5
+    } else {
+        4
+    };
+    let least4 = if dot23.is_some() { 3 } else { 1 };
     let take8 = |t: usize| t + 8 <= t1 || (t + least8 < t1 && fits(t, 8));
-    let take4 = |t: usize| t + 4 <= t1 || (t + 1 < t1 && fits(t, 4));
+    let take4 = |t: usize| t + 4 <= t1 || (t + least4 < t1 && fits(t, 4));
     let mut rb = r0;
     while rb < r1 {
         let re = (rb + row_block).min(r1);
@@ -847,7 +876,29 @@ unsafe fn gemm_tile(
             }
             t += 4;
         }
-        let t = t.min(t1);
+        let mut t = t.min(t1);
+        if let Some((dot2, dot3)) = dot23
+            && t1 - t >= 2
+        {
+            // Two or three tokens left: one call per row over exactly those tokens.
+            let m = t1 - t;
+            let (dot, a_m) = if m == 2 {
+                (dot2, rows_at(t, 2))
+            } else {
+                (dot3, rows_at(t, 3))
+            };
+            for r in rb..re {
+                let mut o = [0.0f32; 4];
+                // SAFETY: kernels of a supported ISA; `a_m` is `m` activation rows with
+                // their scales, the rows ending where the last ends.
+                unsafe { dot(w.row(r), a_m, &mut o) };
+                for (i, v) in o.into_iter().enumerate().take(m) {
+                    // SAFETY: (t + i, r) is in this tile (`t + i < t1`).
+                    unsafe { out.write((t + i) * rows + r, v) };
+                }
+            }
+            t = t1;
+        }
         for t in t..t1 {
             // A token left over after whole groups (the 17th of a 16-token draft's
             // scoring pass, or a prompt chunk of 8m + 1): the decode kernel's row quads

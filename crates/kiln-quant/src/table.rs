@@ -273,10 +273,18 @@ pub(crate) struct WeightKernels {
     /// The eight-token GEMM micro-kernel, where one exists (the driver then takes tokens
     /// eight at a time, and the rest four at a time).
     pub(crate) dot8: Option<Imp<Dot8Fn>>,
+    /// GEMM micro-kernels for two and for three tokens (the first two or three outputs of
+    /// a four-token call's), where they exist: the driver then runs two or three tokens
+    /// left after its wider calls with them, not a four- or eight-token call over padding.
+    /// For a table whose wide kernels cost per (row, token) about what these do, padding is
+    /// pure waste; with a few tokens the weight stream, not the arithmetic, then sets the
+    /// pace (speculative verification, a few sequences decoding together).
+    pub(crate) dot23: Option<(Imp<Dot4Fn>, Imp<Dot4Fn>)>,
     /// For types whose unpacking dominates: an unpacker to [`crate::blocks::BlockI8`] rows
     /// and an eight-token micro-kernel over such rows. The driver unpacks each weight row
-    /// once per GEMM task (for all its tokens) and runs this instead of `dot8`; results
-    /// equal `dot` bit for bit.
+    /// once per GEMM task (for all its tokens) and runs this instead of `dot8` when the
+    /// task has at least [`crate::matmul::UNPACK_MIN_GROUPS`] groups of eight tokens (or
+    /// the type has no `dot8`); results equal `dot` bit for bit.
     pub(crate) dot8_unpacked: Option<(Imp<UnpackFn>, Imp<Dot8Fn>)>,
     /// The four-row × eight-token tile over groups of four rows unpacked once per row block,
     /// where one exists (the driver then takes every group of eight tokens with it, a row
@@ -434,6 +442,23 @@ impl Kernels {
         self.weights[w as usize].dot8r2 = None;
     }
 
+    /// Gives `w` GEMM micro-kernels for two and for three tokens (each must equal `dot` bit
+    /// for bit on its tokens, and leave the rest of `out` alone).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) const fn set_dot23(&mut self, w: WType, dot2: Dot4Fn, dot3: Dot4Fn) {
+        self.weights[w as usize].dot23 = Some((self.own(dot2), self.own(dot3)));
+    }
+
+    /// Drops every type's two- and three-token kernels.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) const fn clear_dot23(&mut self) {
+        let mut i = 0;
+        while i < self.weights.len() {
+            self.weights[i].dot23 = None;
+            i += 1;
+        }
+    }
+
     /// Replaces only the four-token GEMM kernel of `w` (its dot and GEMV stay the parent's;
     /// the kernel must still equal the dot bit for bit).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
@@ -462,12 +487,13 @@ impl Kernels {
         });
     }
 
-    /// Gives `w` an eight-token GEMM micro-kernel over rows unpacked once per GEMM task.
+    /// Gives `w` an eight-token GEMM micro-kernel over rows unpacked once per GEMM task,
+    /// beside its packed `dot8` if it has one (set first; the driver takes that one for a
+    /// task of few groups of eight tokens, where unpacking does not pay).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) const fn set_dot8_unpacked(&mut self, w: WType, unpack: UnpackFn, dot8: Dot8Fn) {
         self.weights[w as usize].dot8_unpacked = Some((self.own(unpack), self.own(dot8)));
         self.weights[w as usize].dot8r4_grouped = None;
-        self.weights[w as usize].dot8 = None;
         self.weights[w as usize].dot8r2 = None;
         self.weights[w as usize].dot8r2_unpacked = None;
     }

@@ -194,6 +194,65 @@ fn dot4_equals_four_single_dots_bit_for_bit() {
     }
 }
 
+/// The two- and three-token kernels of `k` for `ty` against its single dots; whether it has
+/// them.
+fn check_dot23<const N: usize>(k: &Kernels, ty: GgmlType, w: &[u8], rows: &[Vec<u8>]) -> bool {
+    let a = rows[..N].concat();
+    let Some(got) = k.dot23::<N>(ty, w, &a).expect("dot23") else {
+        return false;
+    };
+    for t in 0..N {
+        let one = k.dot(ty, w, &rows[t]).expect("dot");
+        assert_eq!(
+            got[t].to_bits(),
+            one.to_bits(),
+            "{} dot{N} {ty} token {t}: {} vs dot {one}",
+            k.isa(),
+            got[t]
+        );
+    }
+    true
+}
+
+#[test]
+fn dot2_and_dot3_equal_single_dots_bit_for_bit() {
+    let mut covered = Vec::new();
+    for ty in weight_types() {
+        let act = vec_dot_type(ty).expect("supported");
+        for case in cases(ty, 3) {
+            let n = case.x.len();
+            let mut rng = SeedRng::new(case.seed ^ 0xD23);
+            let rows: Vec<Vec<u8>> = (0..3)
+                .map(|_| quantize(scalar(), act, &random_acts(n, &mut rng)))
+                .collect();
+            for k in tables() {
+                let two = check_dot23::<2>(k, ty, &case.w, &rows);
+                let three = check_dot23::<3>(k, ty, &case.w, &rows);
+                assert_eq!(two, three, "{} {ty}: dot2 and dot3 come together", k.isa());
+                if two {
+                    covered.push((k.isa(), ty));
+                }
+            }
+        }
+    }
+    // The AVX2 table has them for the types of the shipped models.
+    if let Some(k) = kiln_quant::kernels_for(kiln_quant::Isa::Avx2) {
+        for ty in [
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
+        ] {
+            assert!(
+                covered.contains(&(k.isa(), ty)),
+                "AVX2 dot2/dot3 of {ty} not checked"
+            );
+        }
+    }
+}
+
 #[test]
 fn dot8_equals_eight_single_dots_bit_for_bit() {
     for ty in weight_types() {
@@ -206,16 +265,23 @@ fn dot8_equals_eight_single_dots_bit_for_bit() {
                 .collect();
             let a8 = rows.concat();
             for k in tables() {
-                let got = k.dot8(ty, &case.w, &a8).expect("dot8");
-                for t in 0..8 {
-                    let one = k.dot(ty, &case.w, &rows[t]).expect("dot");
-                    assert_eq!(
-                        got[t].to_bits(),
-                        one.to_bits(),
-                        "{} dot8 {ty} token {t}: {} vs dot {one}",
-                        k.isa(),
-                        got[t]
-                    );
+                let packed = k.dot8(ty, &case.w, &a8).expect("dot8");
+                let unpacked = k.dot8_unpacked(ty, &case.w, &a8).expect("dot8 unpacked");
+                for (name, got) in [
+                    ("dot8", Some(packed)),
+                    ("dot8 over unpacked rows", unpacked),
+                ] {
+                    let Some(got) = got else { continue };
+                    for t in 0..8 {
+                        let one = k.dot(ty, &case.w, &rows[t]).expect("dot");
+                        assert_eq!(
+                            got[t].to_bits(),
+                            one.to_bits(),
+                            "{} {name} {ty} token {t}: {} vs dot {one}",
+                            k.isa(),
+                            got[t]
+                        );
+                    }
                 }
             }
         }

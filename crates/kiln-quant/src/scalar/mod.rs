@@ -66,6 +66,7 @@ macro_rules! weight_kernels {
             dot4: s(dot4),
             dot8: None,
             dot8_unpacked: None,
+            dot23: None,
             dot8r4_grouped: None,
             dot8r2: None,
             dot8r2_unpacked: None,

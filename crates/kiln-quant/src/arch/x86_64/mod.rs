@@ -40,6 +40,8 @@ pub(crate) const fn avx2_table() -> Kernels {
         legacy::dotr4_q4_0,
         legacy::dot4_q4_0,
     );
+    k.set_dot23(Q4_0, legacy::dot2_q4_0, legacy::dot3_q4_0);
+    k.set_dot8(Q4_0, legacy::dot8_q4_0);
     k.set_dot8_unpacked(Q4_0, legacy::unpack_q4_0, legacy::dot8_i8);
     k.set_dequant(Q4_1, legacy::dequant_q4_1);
     k.set_dots(
@@ -48,6 +50,7 @@ pub(crate) const fn avx2_table() -> Kernels {
         legacy::dotr4_q4_1,
         legacy::dot4_q4_1,
     );
+    k.set_dot23(Q4_1, legacy::dot2_q4_1, legacy::dot3_q4_1);
     k.set_dot8(Q4_1, legacy::dot8_q4_1);
     k.set_dequant(Q5_0, legacy::dequant_q5_0);
     k.set_dots(
@@ -56,6 +59,8 @@ pub(crate) const fn avx2_table() -> Kernels {
         legacy::dotr4_q5_0,
         legacy::dot4_q5_0,
     );
+    k.set_dot23(Q5_0, legacy::dot2_q5_0, legacy::dot3_q5_0);
+    k.set_dot8(Q5_0, legacy::dot8_q5_0);
     k.set_dot8_unpacked(Q5_0, legacy::unpack_q5_0, legacy::dot8_i8);
     k.set_dots(
         Q5_1,
@@ -70,6 +75,7 @@ pub(crate) const fn avx2_table() -> Kernels {
         legacy::dotr4_q8_0,
         legacy::dot4_q8_0,
     );
+    k.set_dot23(Q8_0, legacy::dot2_q8_0, legacy::dot3_q8_0);
     k.set_dot8(Q8_0, legacy::dot8_q8_0);
 
     // K-quants (Q2_K, Q3_K, Q5_K dequantize with the scalar kernels: not on a hot path).
@@ -92,6 +98,7 @@ pub(crate) const fn avx2_table() -> Kernels {
         kquants::dotr4_q4_k,
         kquants::dot4_q4_k,
     );
+    k.set_dot23(Q4_K, kquants::dot2_q4_k, kquants::dot3_q4_k);
     k.set_dot8(Q4_K, kquants::dot8_q4_k);
     k.set_dots(
         Q5_K,
@@ -106,6 +113,7 @@ pub(crate) const fn avx2_table() -> Kernels {
         kquants::dotr4_q6_k,
         kquants::dot4_q6_k,
     );
+    k.set_dot23(Q6_K, kquants::dot2_q6_k, kquants::dot3_q6_k);
     k.set_dot8(Q6_K, kquants::dot8_q6_k);
 
     // IQ4 types (dequantized with the scalar kernels: not on a hot path).

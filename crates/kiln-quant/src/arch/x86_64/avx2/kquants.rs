@@ -300,6 +300,18 @@ pub(crate) fn dot4_q4_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn dot2_q4_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
+    let w: &[BlockQ4K] = as_blocks(w);
+    out[..2].copy_from_slice(&tile_q4_k(w, rows_n::<2, BlockQ8K>(&a, w.len())));
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn dot3_q4_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
+    let w: &[BlockQ4K] = as_blocks(w);
+    out[..3].copy_from_slice(&tile_q4_k(w, rows_n::<3, BlockQ8K>(&a, w.len())));
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn dot8_q4_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
     let w: &[BlockQ4K] = as_blocks(w);
     *out = tile_q4_k(w, rows_n::<8, BlockQ8K>(&a, w.len()));
@@ -515,6 +527,18 @@ fn tile_q6_k<const T: usize>(w: &[BlockQ6K], ys: [&[BlockQ8K]; T]) -> [f32; T] {
 pub(crate) fn dot4_q6_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
     let w: &[BlockQ6K] = as_blocks(w);
     *out = tile_q6_k(w, rows_n::<4, BlockQ8K>(&a, w.len()));
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn dot2_q6_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
+    let w: &[BlockQ6K] = as_blocks(w);
+    out[..2].copy_from_slice(&tile_q6_k(w, rows_n::<2, BlockQ8K>(&a, w.len())));
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn dot3_q6_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
+    let w: &[BlockQ6K] = as_blocks(w);
+    out[..3].copy_from_slice(&tile_q6_k(w, rows_n::<3, BlockQ8K>(&a, w.len())));
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]

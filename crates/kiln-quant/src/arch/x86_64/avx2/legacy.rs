@@ -72,7 +72,7 @@ fn tile_q8_0<const R: usize, const T: usize, const PRE: bool, W>(
     let mut acc = [[_mm256_setzero_ps(); T]; R];
     let base = w[0].as_ptr().cast::<u8>();
     for i in 0..nb {
-        if R > 1 {
+        if R > 1 || T > 1 {
             prefetch_group_ahead(base, R, nb, size_of::<W>(), i);
         }
         for r in 0..R {
@@ -205,15 +205,54 @@ q8_0_act_kernels!(
     unpack_q5_0_block
 );
 q8_0_act_kernels!(dot_q8_0, dotr4_q8_0, dot4_q8_0, BlockQ8_0, unpack_q8_0);
+
+/// The two- and three-token micro-kernels of one signed weight type (`dot4`'s tile with
+/// fewer tokens; the rest of `out` untouched).
+macro_rules! q8_0_act_dot23 {
+    ($dot2:ident, $dot3:ident, $block:ty, $unpack:ident) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(crate) fn $dot2(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
+            let w: &[$block] = as_blocks(w);
+            let ys = rows_n::<2, BlockQ8_0>(&a, w.len());
+            let sc = scales_n::<2>(&a, w.len(), 1);
+            let o = tile_q8_0::<1, 2, true, _>([w], ys, sc, |x| $unpack(x))[0];
+            out[..2].copy_from_slice(&o);
+        }
+
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(crate) fn $dot3(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
+            let w: &[$block] = as_blocks(w);
+            let ys = rows_n::<3, BlockQ8_0>(&a, w.len());
+            let sc = scales_n::<3>(&a, w.len(), 1);
+            let o = tile_q8_0::<1, 3, true, _>([w], ys, sc, |x| $unpack(x))[0];
+            out[..3].copy_from_slice(&o);
+        }
+    };
+}
+
+q8_0_act_dot23!(dot2_q4_0, dot3_q4_0, BlockQ4_0, unpack_q4_0_block);
+q8_0_act_dot23!(dot2_q5_0, dot3_q5_0, BlockQ5_0, unpack_q5_0_block);
+q8_0_act_dot23!(dot2_q8_0, dot3_q8_0, BlockQ8_0, unpack_q8_0);
 unpack_row!(unpack_q4_0, BlockQ4_0, unpack_q4_0_block);
 unpack_row!(unpack_q5_0, BlockQ5_0, unpack_q5_0_block);
 
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn dot8_q8_0(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
-    let w: &[BlockQ8_0] = as_blocks(w);
-    let ys = rows_n::<8, BlockQ8_0>(&a, w.len());
-    *out = tile8_q8_0(w, ys, &a.sc8[..8 * w.len()], |x| unpack_q8_0(x));
+/// The eight-token micro-kernel of one signed weight type over its packed rows, each
+/// block unpacked in the loop (Q4_0 and Q5_0 also have [`dot8_i8`] over rows unpacked
+/// once per GEMM task, which pays when a task has several groups of eight tokens).
+macro_rules! q8_0_act_dot8 {
+    ($dot8:ident, $block:ty, $unpack:ident) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(crate) fn $dot8(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
+            let w: &[$block] = as_blocks(w);
+            let ys = rows_n::<8, BlockQ8_0>(&a, w.len());
+            *out = tile8_q8_0(w, ys, &a.sc8[..8 * w.len()], |x| $unpack(x));
+        }
+    };
 }
+
+q8_0_act_dot8!(dot8_q4_0, BlockQ4_0, unpack_q4_0_block);
+q8_0_act_dot8!(dot8_q5_0, BlockQ5_0, unpack_q5_0_block);
+q8_0_act_dot8!(dot8_q8_0, BlockQ8_0, unpack_q8_0);
 
 /// The eight-token micro-kernel over unpacked rows ([`BlockI8`], see `unpack_q4_0` /
 /// `unpack_q5_0`): the same values and operations as the packed types' kernels.
@@ -302,6 +341,22 @@ pub(crate) fn dot4_q4_1(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
     let ys = rows4::<BlockQ8_1>(&a, w.len());
     let sc = scales4(&a, w.len(), 2);
     *out = tile_q4_1::<1, 4, true>([w], ys, sc)[0];
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn dot2_q4_1(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
+    let w: &[BlockQ4_1] = as_blocks(w);
+    let ys = rows_n::<2, BlockQ8_1>(&a, w.len());
+    let sc = scales_n::<2>(&a, w.len(), 2);
+    out[..2].copy_from_slice(&tile_q4_1::<1, 2, true>([w], ys, sc)[0]);
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn dot3_q4_1(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
+    let w: &[BlockQ4_1] = as_blocks(w);
+    let ys = rows_n::<3, BlockQ8_1>(&a, w.len());
+    let sc = scales_n::<3>(&a, w.len(), 2);
+    out[..3].copy_from_slice(&tile_q4_1::<1, 3, true>([w], ys, sc)[0]);
 }
 
 /// [`tile_q4_1`] for one row and eight tokens with interleaved activation scales (`sc8`:

@@ -18,6 +18,9 @@ use crate::types::WType::*;
 /// replaced. Entries not replaced keep their parent's ISA in the coverage table.
 pub(crate) const fn table(parent: Kernels) -> Kernels {
     let mut k = Kernels::inherit(parent, Isa::Avx512);
+    // Two or three tokens take the wider kernels over padding here, as measured on an
+    // AVX-512 machine (the AVX2 two- and three-token kernels were not).
+    k.clear_dot23();
     // Only kernels measured faster than the AVX2 ones they replace (docs/kernels.md).
     k.set_dots(Q4_K, gemv::dot_q4_k, gemv::dotr4_q4_k, kquants::dot4_q4_k);
     k.set_dot8(Q4_K, kquants::dot8_q4_k);
