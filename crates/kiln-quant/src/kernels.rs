@@ -87,6 +87,18 @@ impl Acts8 {
     }
 }
 
+/// Activation rows for the kernels of fewer than eight tokens (no eight-token layouts).
+fn few_rows<'a>(a: &'a [u8], stride: usize, sc: &'a [f32], sc_stride: usize) -> ActRows<'a> {
+    ActRows {
+        a,
+        stride,
+        sc,
+        sc_stride,
+        sc8: &[],
+        lay8: &[],
+    }
+}
+
 /// The bytes of each of `n` whole rows of `ty` laid end to end in `w`.
 fn whole_rows(ty: GgmlType, w: &[u8], n: usize, what: &'static str) -> Result<usize, QuantError> {
     let total = elems_in(ty, w.len())?;
@@ -242,14 +254,7 @@ impl Kernels {
     pub fn dot4(&self, ty: GgmlType, w: &[u8], a: &[u8]) -> Result<[f32; 4], QuantError> {
         let wt = wtype(ty)?;
         let (sc, stride, sc_stride) = act_rows_checked::<4>(wt, ty, w, a)?;
-        let rows = ActRows {
-            a,
-            stride,
-            sc: &sc,
-            sc_stride,
-            sc8: &[],
-            lay8: &[],
-        };
+        let rows = few_rows(a, stride, &sc, sc_stride);
         let mut out = [0.0; 4];
         // SAFETY: as in `quantize_activations`; lengths checked above.
         unsafe { (self.weights[wt as usize].dot4.f)(w, rows, &mut out) };
@@ -306,17 +311,9 @@ impl Kernels {
                 });
             }
         };
-        let rows = ActRows {
-            a,
-            stride,
-            sc: &sc,
-            sc_stride,
-            sc8: &[],
-            lay8: &[],
-        };
         let mut out = [0.0; 4];
         // SAFETY: as in `quantize_activations`; lengths checked above.
-        unsafe { f(w, rows, &mut out) };
+        unsafe { f(w, few_rows(a, stride, &sc, sc_stride), &mut out) };
         Ok(Some(std::array::from_fn(|t| out[t])))
     }
 
@@ -338,14 +335,12 @@ impl Kernels {
             Some(d8) => unsafe { (d8.f)(w, acts.rows(a), &mut out) },
             None => {
                 for half in 0..2 {
-                    let part = ActRows {
-                        a: &a[4 * half * stride..4 * (half + 1) * stride],
+                    let part = few_rows(
+                        &a[4 * half * stride..4 * (half + 1) * stride],
                         stride,
-                        sc: &sc[4 * half * sc_stride..4 * (half + 1) * sc_stride],
+                        &sc[4 * half * sc_stride..4 * (half + 1) * sc_stride],
                         sc_stride,
-                        sc8: &[],
-                        lay8: &[],
-                    };
+                    );
                     let mut o = [0.0; 4];
                     // SAFETY: as above; `part` is four of the checked rows.
                     unsafe { (k.dot4.f)(w, part, &mut o) };

@@ -30,14 +30,15 @@
 //! | dequantize F16, BF16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K | ✓ | ✓ | scalar |
 //! | dequantize F32 | ✓ | scalar (a copy) | scalar |
 //! | dequantize Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS | ✓ | scalar (not on a per-token path) | scalar |
-//! | dot, dotr4 (GEMV), dot4 (GEMM) | ✓ every weight type | the types `tests/isa.rs` lists with AVX2 dots (today every type: K-quant, IQ4, Q5_1 and float `dotr4`; F32, Q2_K, Q3_K, IQ4 `dot4`: repeated single dots; F16, BF16 `dot4`: the weights widened once for four tokens; `dot8`, 1 row × 8 tokens, for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K); a type added with scalar kernels only reports scalar | F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K: ✓ (`sdot` with `dotprod`, else widening multiplies; float `dotr4`/`dot4`: repeated single dots); the other types: scalar |
+//! | dot, dotr4 (GEMV), dot4 (GEMM) | ✓ every weight type | the types `tests/isa.rs` lists with AVX2 dots (today every type: K-quant, IQ4, Q5_1 and float `dotr4`; F32, Q2_K, Q3_K, IQ4 `dot4`: repeated single dots; F16, BF16 `dot4`: the weights widened once for four tokens; `dot8`, 1 row × 8 tokens, and `dot23`, 1 row × 2 or 3 tokens, for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K); a type added with scalar kernels only reports scalar | F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K: ✓ (`sdot` with `dotprod`, else widening multiplies; float `dotr4`/`dot4`: repeated single dots); the other types: scalar |
 //!
 //! The AVX-512 table (F/BW/VL + VNNI, chosen over AVX2 when present) is the AVX2 table with
 //! `dot4` and `dot8` of Q4_K, Q5_K, F16 and BF16, every dot of Q6_K, the single-row `dot` of
 //! Q4_K and the GEMV `dotr4` of Q4_K, Q4_0, Q5_0, Q8_0 and Q4_1 replaced by AVX-512 kernels,
 //! plus GEMM tiles no other table has: two rows × eight tokens (`dot8r2`) for Q4_K and Q6_K,
 //! four rows × eight tokens with the tokens across the lanes (`dot8r4`) for Q4_0, Q5_0, Q8_0
-//! and Q4_1; every other entry is AVX2's. The NEON table (aarch64) is tested against scalar
+//! and Q4_1; every other entry is AVX2's but `dot23`, which it leaves out (its eight-token
+//! tiles cover two or three tokens over padding for less). The NEON table (aarch64) is tested against scalar
 //! under qemu-user (`cargo xtask test-aarch64`).
 //!
 //! The attention kernels over paged K/V (scores, value accumulation, K/V row storage) are in
