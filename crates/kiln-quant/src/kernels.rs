@@ -295,22 +295,19 @@ impl Kernels {
         a: &[u8],
     ) -> Result<Option<[f32; N]>, QuantError> {
         let wt = wtype(ty)?;
+        if !(2..=3).contains(&N) {
+            return Err(QuantError::BadShape {
+                type_name: ty.name(),
+                what: "tokens of a two- or three-token kernel",
+                expected: 3,
+                actual: N,
+            });
+        }
         let (sc, stride, sc_stride) = act_rows_checked::<N>(wt, ty, w, a)?;
         let Some((d2, d3)) = self.weights[wt as usize].dot23 else {
             return Ok(None);
         };
-        let f = match N {
-            2 => d2.f,
-            3 => d3.f,
-            _ => {
-                return Err(QuantError::BadShape {
-                    type_name: ty.name(),
-                    what: "tokens of a two- or three-token kernel",
-                    expected: 3,
-                    actual: N,
-                });
-            }
-        };
+        let f = if N == 2 { d2.f } else { d3.f };
         let mut out = [0.0; 4];
         // SAFETY: as in `quantize_activations`; lengths checked above.
         unsafe { f(w, few_rows(a, stride, &sc, sc_stride), &mut out) };

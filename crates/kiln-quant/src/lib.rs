@@ -37,9 +37,9 @@
 //! Q4_K and the GEMV `dotr4` of Q4_K, Q4_0, Q5_0, Q8_0 and Q4_1 replaced by AVX-512 kernels,
 //! plus GEMM tiles no other table has: two rows × eight tokens (`dot8r2`) for Q4_K and Q6_K,
 //! four rows × eight tokens with the tokens across the lanes (`dot8r4`) for Q4_0, Q5_0, Q8_0
-//! and Q4_1; every other entry is AVX2's but `dot23`, which it leaves out (its eight-token
-//! tiles cover two or three tokens over padding for less). The NEON table (aarch64) is tested against scalar
-//! under qemu-user (`cargo xtask test-aarch64`).
+//! and Q4_1; every other entry is AVX2's but `dot23`, which it leaves out (two or three
+//! tokens take its wider kernels over padding, as measured on an AVX-512 machine). The NEON
+//! table (aarch64) is tested against scalar under qemu-user (`cargo xtask test-aarch64`).
 //!
 //! The attention kernels over paged K/V (scores, value accumulation, K/V row storage) are in
 //! [`attn`], with their own coverage table.
