@@ -235,6 +235,13 @@ fn dot2_and_dot3_equal_single_dots_bit_for_bit() {
             }
         }
     }
+    // Any other token count is refused, naming what was wrong.
+    let w = random_weights(GgmlType::Q8_0, 2, &mut SeedRng::new(7));
+    let a = quantize(scalar(), GgmlType::Q8_0, &vec![0.5; 4 * 64]);
+    let err = scalar()
+        .dot23::<4>(GgmlType::Q8_0, &w, &a)
+        .expect_err("four tokens");
+    assert!(err.to_string().contains("two- or three-token"), "{err}");
     // The AVX2 table has them for the types of the shipped models.
     if let Some(k) = kiln_quant::kernels_for(kiln_quant::Isa::Avx2) {
         for ty in [
