@@ -4,10 +4,12 @@
 //! NEON kernel against the scalar oracle bit for bit (tests/kernels_agree.rs) and that the
 //! CPU model gave the expected `dotprod` detection (tests/isa.rs).
 //!
-//! Needs the Rust target, the cross linker `aarch64-linux-gnu-gcc` (its sysroot in
-//! `/usr/aarch64-linux-gnu`) and `qemu-aarch64`. [`ensure_tools`] installs whichever is
-//! missing (`rustup target add`; Debian's `gcc-aarch64-linux-gnu` and `qemu-user` through
-//! `apt-get`, with `sudo` when not root) and says what it installed; both `cargo xtask ci`
+//! Needs the Rust target, the cross linker `aarch64-linux-gnu-gcc` with its sysroot's C
+//! headers and startup files in `/usr/aarch64-linux-gnu` (dependencies build C for the
+//! target: `ring`) and `qemu-aarch64`. [`ensure_tools`] installs whichever is missing
+//! (`rustup target add`; Debian's `gcc-aarch64-linux-gnu`, `libc6-dev-arm64-cross` — only
+//! recommended by the compiler's package, so not installed with it here — and `qemu-user`
+//! through `apt-get`, with `sudo` when not root) and says what it installed; both `cargo xtask ci`
 //! and `test-aarch64` fail, never skip, when that is not possible — a fresh machine checks
 //! the NEON kernels like any other. Only kiln-quant's kernel-level tests run (model-level
 //! tests are not emulated).
@@ -21,6 +23,8 @@ const TARGET: &str = "aarch64-unknown-linux-gnu";
 const LINKER: &str = "aarch64-linux-gnu-gcc";
 const QEMU: &str = "qemu-aarch64";
 const SYSROOT: &str = "/usr/aarch64-linux-gnu";
+/// A file of the sysroot's C library headers (`libc6-dev-arm64-cross`).
+const SYSROOT_HEADER: &str = "/usr/aarch64-linux-gnu/include/stdio.h";
 
 /// (qemu CPU model, whether it has `dotprod`).
 const CPUS: [(&str, bool); 2] = [("max", true), ("cortex-a53", false)];
@@ -81,8 +85,9 @@ fn on_path(prog: &str) -> bool {
 }
 
 /// Installs whatever the aarch64 steps lack — the Rust target with `rustup target add`, the
-/// cross linker and its sysroot (`gcc-aarch64-linux-gnu`) and `qemu-aarch64` (`qemu-user`)
-/// with `apt-get install -y` (through `sudo -n` when not root) — and prints what it
+/// cross linker and its sysroot (`gcc-aarch64-linux-gnu`, `libc6-dev-arm64-cross`) and
+/// `qemu-aarch64` (`qemu-user`) with `apt-get install -y` (through `sudo -n` when not
+/// root) — and prints what it
 /// installed. Fails with [`XtaskError::StepFailed`] naming what is still missing when an
 /// install is impossible or did not provide the tool. Does nothing when all are present.
 pub fn ensure_tools() -> Result<(), XtaskError> {
@@ -107,6 +112,9 @@ pub fn ensure_tools() -> Result<(), XtaskError> {
     let mut packages = Vec::new();
     if !on_path(LINKER) || !Path::new(SYSROOT).is_dir() {
         packages.push("gcc-aarch64-linux-gnu");
+    }
+    if !Path::new(SYSROOT_HEADER).is_file() {
+        packages.push("libc6-dev-arm64-cross");
     }
     if !on_path(QEMU) {
         packages.push("qemu-user");
@@ -176,6 +184,10 @@ fn missing_tool() -> Option<String> {
         ))
     } else if !Path::new(SYSROOT).is_dir() {
         Some(format!("no aarch64 sysroot at {SYSROOT}"))
+    } else if !Path::new(SYSROOT_HEADER).is_file() {
+        Some(format!(
+            "no aarch64 C library headers ({SYSROOT_HEADER}; apt install libc6-dev-arm64-cross)"
+        ))
     } else if !on_path(QEMU) {
         Some(format!("no {QEMU} on PATH (apt install qemu-user)"))
     } else {
