@@ -694,11 +694,11 @@ unsafe fn gemm_tile(
     // `padded_rows`): the tile's last group may then run a wider kernel than its tokens
     // fill, dropping the padding outputs. Without two- and three-token kernels, five to
     // seven tokens take an eight-token call, two or three a four-token one; one takes the
-    // GEMV's row quads. With a four-row tile two to
-    // four tokens take an eight-token call too: it costs about what the four-token kernel
-    // does over the same rows (Q5_0, 896 × 896, one thread: 107 against 102 µs), and a
-    // task's second group of eight reuses the rows laid out for its first (12 tokens:
-    // 209 µs as eight + four, 178 as two eights).
+    // GEMV's row quads. With a four-row tile two to four tokens take an eight-token call
+    // too: it costs about what the four-token kernel does over the same rows (Q5_0,
+    // 896 × 896, one thread: 107 against 102 µs), and a task's second group of eight
+    // reuses the rows laid out for its first (12 tokens: 209 µs as eight + four, 178 as
+    // two eights).
     let fits = |t: usize, len: usize| (t + len) * stride <= a.a.len();
     // With two- and three-token kernels (`dot23`, AVX2), two or three tokens left take
     // those kernels and five a four-token call and the GEMV's row quads: a four-token
