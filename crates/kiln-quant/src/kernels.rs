@@ -320,13 +320,15 @@ impl Kernels {
     /// calls, as the matmul driver does.
     pub fn dot8(&self, ty: GgmlType, w: &[u8], a: &[u8]) -> Result<[f32; 8], QuantError> {
         let wt = wtype(ty)?;
+        let k = &self.weights[wt as usize];
+        if k.dot8.is_none()
+            && let Some(out) = self.dot8_unpacked(ty, w, a)?
+        {
+            return Ok(out);
+        }
         let acts = Acts8::new(wt, ty, w, a)?;
         let (stride, sc, sc_stride) = (acts.stride, &acts.sc, acts.sc_stride);
-        let k = &self.weights[wt as usize];
         let mut out = [0.0; 8];
-        if let (None, Some(_)) = (k.dot8, k.dot8_unpacked) {
-            return Ok(self.dot8_unpacked(ty, w, a)?.unwrap_or(out));
-        }
         match k.dot8 {
             // SAFETY: as in `quantize_activations`; lengths checked above.
             Some(d8) => unsafe { (d8.f)(w, acts.rows(a), &mut out) },

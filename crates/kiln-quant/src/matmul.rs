@@ -715,9 +715,18 @@ unsafe fn gemm_tile(
     } else {
         4
     };
-    let least4 = if dot23.is_some() { 3 } else { 1 };
     let take8 = |t: usize| t + 8 <= t1 || (t + least8 < t1 && fits(t, 8));
-    let take4 = |t: usize| t + 4 <= t1 || (t + least4 < t1 && fits(t, 4));
+    // The narrow call for the tokens from `t`, and how many it covers (real or padding):
+    // four while four are left, then two or three with `dot23`, else a padded four.
+    let narrow = |t: usize| -> Option<(crate::table::Dot4Fn, usize)> {
+        match (t1.saturating_sub(t), dot23) {
+            (4.., _) => Some((dot4, 4)),
+            (2, Some((dot2, _))) => Some((dot2, 2)),
+            (3, Some((_, dot3))) => Some((dot3, 3)),
+            (2..=3, None) if fits(t, 4) => Some((dot4, 4)),
+            _ => None,
+        }
+    };
     let mut rb = r0;
     while rb < r1 {
         let re = (rb + row_block).min(r1);
@@ -862,43 +871,21 @@ unsafe fn gemm_tile(
                 t += 8;
             }
         }
-        while take4(t) {
-            let a4 = rows_at(t, 4);
+        while let Some((dot, m)) = narrow(t) {
+            let a_m = rows_at(t, m);
             for r in rb..re {
                 let mut o = [0.0f32; 4];
-                // SAFETY: kernels of a supported ISA; `a4` is four activation rows with
-                // their scales, the rows ending where the fourth ends.
-                unsafe { dot4(w.row(r), a4, &mut o) };
+                // SAFETY: kernels of a supported ISA; `a_m` is the `m` activation rows the
+                // kernel reads, with their scales, the rows ending where the last ends.
+                unsafe { dot(w.row(r), a_m, &mut o) };
                 for (i, v) in o.into_iter().enumerate().take(t1 - t) {
                     // SAFETY: (t + i, r) is in this tile (`t + i < t1`).
                     unsafe { out.write((t + i) * rows + r, v) };
                 }
             }
-            t += 4;
+            t += m;
         }
-        let mut t = t.min(t1);
-        if let Some((dot2, dot3)) = dot23
-            && t1 - t >= 2
-        {
-            // Two or three tokens left: one call per row over exactly those tokens.
-            let m = t1 - t;
-            let (dot, a_m) = if m == 2 {
-                (dot2, rows_at(t, 2))
-            } else {
-                (dot3, rows_at(t, 3))
-            };
-            for r in rb..re {
-                let mut o = [0.0f32; 4];
-                // SAFETY: kernels of a supported ISA; `a_m` is `m` activation rows with
-                // their scales, the rows ending where the last ends.
-                unsafe { dot(w.row(r), a_m, &mut o) };
-                for (i, v) in o.into_iter().enumerate().take(m) {
-                    // SAFETY: (t + i, r) is in this tile (`t + i < t1`).
-                    unsafe { out.write((t + i) * rows + r, v) };
-                }
-            }
-            t = t1;
-        }
+        let t = t.min(t1);
         for t in t..t1 {
             // A token left over after whole groups (the 17th of a 16-token draft's
             // scoring pass, or a prompt chunk of 8m + 1): the decode kernel's row quads
