@@ -242,7 +242,7 @@ fn dot2_and_dot3_equal_single_dots_bit_for_bit() {
         .dot23::<4>(GgmlType::Q8_0, &w, &a)
         .expect_err("four tokens");
     assert!(err.to_string().contains("two- or three-token"), "{err}");
-    // The AVX2 table has them for the types of the shipped models.
+    // The AVX2 table has them for the types of the shipped models and the 16-bit floats.
     if let Some(k) = kiln_quant::kernels_for(kiln_quant::Isa::Avx2) {
         for ty in [
             GgmlType::Q4_0,
@@ -251,6 +251,8 @@ fn dot2_and_dot3_equal_single_dots_bit_for_bit() {
             GgmlType::Q8_0,
             GgmlType::Q4_K,
             GgmlType::Q6_K,
+            GgmlType::F16,
+            GgmlType::BF16,
         ] {
             assert!(
                 covered.contains(&(k.isa(), ty)),

@@ -135,7 +135,19 @@ impl DraftLength {
     /// (its pass scored `drafted + 1` tokens and emitted `accepted + 1`).
     pub fn update(&mut self, drafted: usize, accepted: usize) {
         let draft_cost = std::mem::take(&mut self.draft_cost);
-        if !self.adaptive || drafted == 0 {
+        if !self.adaptive {
+            return;
+        }
+        if drafted == 0 {
+            // A draft model that drafted nothing (no token it was sure enough of) spent
+            // its pass for the one token a plain step emits.
+            if draft_cost > 0.0 {
+                self.earned = Self::YIELD_DECAY * self.earned + 1.0;
+                self.spent = Self::YIELD_DECAY * self.spent + self.pass_cost(1) + draft_cost;
+                if self.earned < self.spent {
+                    self.pause_drafting();
+                }
+            }
             return;
         }
         let accepted = accepted.min(drafted);
@@ -318,6 +330,24 @@ mod tests {
         l.record_draft_cost(4.0);
         l.update(k, 3);
         assert_eq!(l.take(), 0);
+    }
+
+    /// A draft model that drafted nothing (its first token below the confidence floor)
+    /// spent its pass for nothing.
+    #[test]
+    fn a_draft_attempt_that_drafted_nothing_still_costs_its_pass() {
+        let mut l = DraftLength::new(4, true);
+        l.set_cost(curve(|n| 0.010 + 0.001 * (n - 1) as f64));
+        assert_eq!(l.take(), 4);
+        // One token emitted for a plain pass plus half a step of drafting.
+        l.record_draft_cost(0.5);
+        l.update(0, 0);
+        assert_eq!(l.take(), 0);
+        // An n-gram step that found nothing to draft cost nothing extra.
+        let mut n = DraftLength::new(4, true);
+        n.set_cost(curve(|n| 0.010 + 0.001 * (n - 1) as f64));
+        n.update(0, 0);
+        assert_eq!(n.take(), 4);
     }
 
     #[test]

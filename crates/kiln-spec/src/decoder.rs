@@ -29,6 +29,7 @@ pub struct SpecDecoder {
     vocab: usize,
     draft_max: usize,
     adaptive: bool,
+    draft_p_min: f32,
     /// The passes so far in decode steps by the measured curve (0 without one).
     pass_steps: f64,
     draft: Vec<u32>,
@@ -71,6 +72,7 @@ impl SpecDecoder {
             vocab,
             draft_max: k,
             adaptive: cfg.adaptive,
+            draft_p_min: cfg.draft_p_min,
             pass_steps: 0.0,
             draft: Vec::with_capacity(k),
             q: Vec::new(),
@@ -178,6 +180,7 @@ impl SpecDecoder {
                     history,
                     k,
                     temperature,
+                    self.draft_p_min,
                     &mut self.rng,
                     &mut self.draft,
                     &mut self.q,
@@ -238,7 +241,9 @@ impl SpecDecoder {
         if let Some(cost) = self.length.cost() {
             self.pass_steps += cost.of(self.row.len());
         }
-        if let (DraftSource::Model(m), Some(cost), true) = (&self.source, self.length.cost(), n > 0)
+        // A draft that stopped at once (its first token below `draft_p_min`) still cost
+        // its pass.
+        if let (DraftSource::Model(m), Some(cost), true) = (&self.source, self.length.cost(), k > 0)
         {
             let step = verified.as_secs_f64() / cost.of(self.row.len());
             let drafting = drafted.saturating_sub(m.catch_up_time()).as_secs_f64();

@@ -98,11 +98,19 @@ impl DraftModel {
     /// above zero each token is drawn from the draft's `softmax(logits / temperature)` and
     /// that distribution is appended to `q` (one vocabulary-sized row per token), for the
     /// rejection rule; at zero the draft is its argmax (deterministic, no `q`).
+    ///
+    /// The draft stops before a position where the draft model's most probable token has
+    /// a probability below `p_min` (of `softmax(logits)` greedy, of the distribution drawn
+    /// from when sampling): such a token is likely rejected, and every drafted token after
+    /// it costs a draft pass and a scored position for nothing. The stop depends only on
+    /// the draft's own distributions, so the rejection rule stays exact.
+    #[allow(clippy::too_many_arguments)]
     pub fn draft(
         &mut self,
         history: &[u32],
         k: usize,
         temperature: f32,
+        p_min: f32,
         rng: &mut ChaCha20Rng,
         out: &mut Vec<u32>,
         q: &mut Vec<f32>,
@@ -139,9 +147,18 @@ impl DraftModel {
             let tok = if temperature > 0.0 {
                 let row = q.len();
                 softmax_into(logits, temperature, q);
+                let top = q[row..].iter().copied().fold(0.0f32, f32::max);
+                if top < p_min {
+                    q.truncate(row);
+                    break;
+                }
                 draw(&q[row..], rng.random::<f64>())
             } else {
-                kiln_sample::argmax(logits)
+                let tok = kiln_sample::argmax(logits);
+                if p_min > 0.0 && top_probability(logits, tok) < p_min {
+                    break;
+                }
+                tok
             };
             out.push(tok);
             if i + 1 == k {
@@ -155,6 +172,13 @@ impl DraftModel {
         }
         Ok(())
     }
+}
+
+/// `softmax(logits)[top]`, where `top` is the argmax: `1 / sum(exp(l - l_top))`.
+fn top_probability(logits: &[f32], top: u32) -> f32 {
+    let max = logits[top as usize];
+    let sum: f64 = logits.iter().map(|&l| f64::from((l - max).exp())).sum();
+    (1.0 / sum) as f32
 }
 
 /// Appends `softmax(logits / t)` to `q`.

@@ -18,6 +18,10 @@ pub struct SpecArgs {
     /// The most tokens drafted per step.
     #[arg(long, default_value_t = 16)]
     pub draft_max: usize,
+    /// A draft model's draft stops before a token the draft model gives less than this
+    /// probability (0: always draft the length the controller asks for) [default: 0.75]
+    #[arg(long)]
+    pub draft_p_min: Option<f32>,
     /// Shortest and longest n-gram an `ngram` draft matches on.
     #[arg(long, default_value_t = 1)]
     pub ngram_min: usize,
@@ -39,6 +43,9 @@ impl SpecArgs {
             if self.draft_model.is_some() {
                 return Err(CliError::Usage("--draft-model needs --spec draft".into()));
             }
+            if self.draft_p_min.is_some() {
+                return Err(CliError::Usage("--draft-p-min needs --spec draft".into()));
+            }
             return Ok(None);
         };
         match (method, &self.draft_model) {
@@ -50,6 +57,12 @@ impl SpecArgs {
                     "--draft-model is for --spec draft, not ngram".into(),
                 ));
             }
+            (SpecMethod::Ngram, None) if self.draft_p_min.is_some() => {
+                return Err(CliError::Usage(
+                    "--draft-p-min is for --spec draft (n-gram drafts have no probabilities)"
+                        .into(),
+                ));
+            }
             _ => {}
         }
         let cfg = SpecConfig {
@@ -58,6 +71,7 @@ impl SpecArgs {
             ngram_min: self.ngram_min,
             ngram_max: self.ngram_max,
             adaptive: !self.spec_fixed,
+            draft_p_min: self.draft_p_min.unwrap_or(SpecConfig::DRAFT_P_MIN),
         };
         cfg.validate()?;
         Ok(Some(cfg))
@@ -94,5 +108,60 @@ impl SpecArgs {
             _ => DraftSource::Ngram(kiln_spec::NgramDrafter::new(cfg.ngram_min, cfg.ngram_max)),
         };
         Ok(Some(SpecDecoder::new(&cfg, source, vocab, seed)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        spec: SpecArgs,
+    }
+
+    fn config(args: &[&str]) -> Result<Option<SpecConfig>, CliError> {
+        let cli = Cli::try_parse_from(std::iter::once("kiln").chain(args.iter().copied()))
+            .expect("arguments parse");
+        cli.spec.config()
+    }
+
+    #[test]
+    fn the_draft_confidence_floor_is_for_draft_models_only() {
+        let cfg = config(&["--spec", "draft", "--draft-model", "m"]).unwrap();
+        assert_eq!(cfg.unwrap().draft_p_min, SpecConfig::DRAFT_P_MIN);
+        let cfg = config(&[
+            "--spec",
+            "draft",
+            "--draft-model",
+            "m",
+            "--draft-p-min",
+            "0.5",
+        ]);
+        assert_eq!(cfg.unwrap().unwrap().draft_p_min, 0.5);
+        let err = config(&["--spec", "ngram", "--draft-p-min", "0.5"]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("--draft-p-min is for --spec draft"),
+            "{err}"
+        );
+        let err = config(&["--draft-p-min", "0.5"]).unwrap_err();
+        assert!(err.to_string().contains("needs --spec draft"), "{err}");
+        let err = config(&[
+            "--spec",
+            "draft",
+            "--draft-model",
+            "m",
+            "--draft-p-min",
+            "1.5",
+        ])
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("draft_p_min 1.5 is outside 0..=1"),
+            "{err}"
+        );
     }
 }

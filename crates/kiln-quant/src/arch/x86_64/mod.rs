@@ -29,8 +29,10 @@ pub(crate) const fn avx2_table() -> Kernels {
     k.set_dots(F32, float::dot_f32, float::dotr4_f32, float::dot4_f32);
     k.set_dequant(F16, float::dequant_f16);
     k.set_dots(F16, float::dot_f16, float::dotr4_f16, float::dot4_f16);
+    k.set_dot23(F16, float::dot2_f16, float::dot3_f16);
     k.set_dequant(BF16, float::dequant_bf16);
     k.set_dots(BF16, float::dot_bf16, float::dotr4_bf16, float::dot4_bf16);
+    k.set_dot23(BF16, float::dot2_bf16, float::dot3_bf16);
 
     // Legacy types (Q5_1 dequantizes with the scalar kernel: not on a hot path).
     k.set_dequant(Q4_0, legacy::dequant_q4_0);

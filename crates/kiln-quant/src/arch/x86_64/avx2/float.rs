@@ -1,10 +1,10 @@
 //! AVX2 kernels of the float weight types (F32, F16, BF16): dequantization (F16C / shift
 //! widening, exact) and dot products, each the operations of ggml's
 //! `ggml_vec_dot_f32/f16/bf16` AVX2 path in the same order. `dotr4` is four single dots;
-//! the F16 and BF16 `dot4` (GEMM: one weight row, four tokens) widen each weight vector once
-//! for the four tokens and read the activations already widened (`ActRows::sc`, exact), with
-//! each token's lanes, FMAs, reduction and tail those of the single dot. F32's `dot4` is four
-//! single dots (rare as matmul weights).
+//! the F16 and BF16 `dot4`, `dot2` and `dot3` (GEMM: one weight row, four, two or three
+//! tokens) widen each weight vector once for the tokens and read the activations already
+//! widened (`ActRows::sc`, exact), with each token's lanes, FMAs, reduction and tail those of
+//! the single dot. F32's `dot4` is four single dots (rare as matmul weights).
 
 use std::arch::x86_64::*;
 
@@ -149,53 +149,94 @@ pub(crate) fn reduce_bf16(c: [__m256; 4]) -> f32 {
     ))
 }
 
-/// A GEMM micro-kernel of a 16-bit float type: `$load` widens eight weights, `$reduce` is
-/// the single dot's reduction and `$elem` its tail's widening of one weight. Accumulator
-/// `j` of a token takes elements `i + 8j .. i + 8j + 8` of every 32-element step, as in the
-/// single dot; the loop over `j` is outermost so only the four tokens' accumulators are
-/// live. The activations are read widened from `a.sc` (`act_scales`: exact), so every
-/// product and sum is the single dot's.
-macro_rules! dot4_float16 {
-    ($name:ident, $load:ident, $reduce:ident, $elem:expr) => {
+/// The GEMM micro-kernels of a 16-bit float type (one weight row, two, three or four
+/// tokens): `$load` widens eight weights, `$reduce` is the single dot's reduction and
+/// `$elem` its tail's widening of one weight. Accumulator `j` of a token takes elements
+/// `i + 8j .. i + 8j + 8` of every 32-element step, as in the single dot. `$tile::<T, J>`
+/// walks the row `4 / J` times, each walk for `J` of the four accumulators: `T × J`
+/// independent FMA chains (eight for two, three or four tokens) keep both FMA units busy
+/// where four chains waited on each FMA's latency, and with the `J` widened weight vectors
+/// they fit the sixteen registers. The activations are read widened from `a.sc`
+/// (`act_scales`: exact), and each accumulator takes its FMAs in the single dot's order, so
+/// every product and sum is the single dot's.
+macro_rules! float16_tiles {
+    ($tile:ident, $dot2:ident, $dot3:ident, $dot4:ident, $load:ident, $reduce:ident, $elem:expr) => {
+        #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
-        pub(crate) fn $name(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
+        fn $tile<const T: usize, const J: usize>(w: &[u8], a: &ActRows<'_>) -> [f32; T] {
             let n = w.len() / 2;
             let np = n & !31;
-            let x: [&[f32]; 4] = std::array::from_fn(|t| a.scales(t, n));
-            let mut s = [[_mm256_setzero_ps(); 4]; 4];
-            for j in 0..4 {
-                let mut acc = [_mm256_setzero_ps(); 4];
-                for i in (8 * j..np).step_by(32) {
-                    let wv = $load(&w[2 * i..]);
+            let x: [&[f32]; T] = std::array::from_fn(|t| a.scales(t, n));
+            let mut s = [[_mm256_setzero_ps(); 4]; T];
+            for j0 in (0..4).step_by(J) {
+                let mut acc = [[_mm256_setzero_ps(); J]; T];
+                for i in (0..np).step_by(32) {
+                    let k = i + 8 * j0;
+                    let wb = &w[2 * k..2 * k + 16 * J];
+                    let wv: [__m256; J] = std::array::from_fn(|j| $load(&wb[16 * j..]));
                     for (at, xt) in acc.iter_mut().zip(&x) {
-                        *at = _mm256_fmadd_ps(wv, load_f32x8(&xt[i..]), *at);
+                        let xs = &xt[k..k + 8 * J];
+                        for j in 0..J {
+                            at[j] = _mm256_fmadd_ps(wv[j], load_f32x8(&xs[8 * j..]), at[j]);
+                        }
                     }
                 }
                 for (st, at) in s.iter_mut().zip(acc) {
-                    st[j] = at;
+                    st[j0..j0 + J].copy_from_slice(&at);
                 }
             }
             let elem = $elem;
-            for ((o, st), xt) in out.iter_mut().zip(s).zip(&x) {
-                let mut sum = $reduce(st) as f64;
-                for (i, &xi) in (np..n).zip(&xt[np..]) {
+            std::array::from_fn(|t| {
+                let mut sum = $reduce(s[t]) as f64;
+                for (i, &xi) in (np..n).zip(&x[t][np..]) {
                     sum += (elem(w, i) * xi) as f64;
                 }
-                *o = sum as f32;
-            }
+                sum as f32
+            })
+        }
+
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(crate) fn $dot2(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
+            out[..2].copy_from_slice(&$tile::<2, 4>(w, &a));
+        }
+
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(crate) fn $dot3(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
+            out[..3].copy_from_slice(&$tile::<3, 2>(w, &a));
+        }
+
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(crate) fn $dot4(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
+            *out = $tile::<4, 2>(w, &a);
         }
     };
 }
 
 dot4_by_dot!(dot4_f32, dot_f32);
 
-dot4_float16!(dot4_f16, load_f16x8, reduce4, |b: &[u8], i: usize| {
-    half::f16::from_bits(u16::from_le_bytes([b[2 * i], b[2 * i + 1]])).to_f32()
-});
+float16_tiles!(
+    tile_f16,
+    dot2_f16,
+    dot3_f16,
+    dot4_f16,
+    load_f16x8,
+    reduce4,
+    |b: &[u8], i: usize| {
+        half::f16::from_bits(u16::from_le_bytes([b[2 * i], b[2 * i + 1]])).to_f32()
+    }
+);
 
-dot4_float16!(dot4_bf16, load_bf16x8, reduce_bf16, |b: &[u8], i: usize| {
-    crate::blocks::bf16_to_f32(u16::from_le_bytes([b[2 * i], b[2 * i + 1]]))
-});
+float16_tiles!(
+    tile_bf16,
+    dot2_bf16,
+    dot3_bf16,
+    dot4_bf16,
+    load_bf16x8,
+    reduce_bf16,
+    |b: &[u8], i: usize| {
+        crate::blocks::bf16_to_f32(u16::from_le_bytes([b[2 * i], b[2 * i + 1]]))
+    }
+);
 
 dotr4_by_dot!(dotr4_f32, dot_f32);
 
