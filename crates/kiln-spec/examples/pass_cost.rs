@@ -3,7 +3,8 @@
 //! well as wall time, best of many rounds, every size once per round (so a change of the
 //! machine's load touches every size alike).
 //!
-//! `cargo run --release -p kiln-spec --example pass_cost -- [MODEL] [THREADS] [ROUNDS] [MAX]`
+//! `cargo run --release -p kiln-spec --example pass_cost -- [MODEL] [THREADS] [ROUNDS] [MAX]
+//! [CONTEXT]`
 //!
 //! For each `n` in `1..=MAX` (default 17) it prints the best wall and CPU time of a scoring
 //! pass of `n` tokens ([`kiln_model::Session::forward_scored`], logits for every token,
@@ -24,11 +25,16 @@ fn main() {
     let threads: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(2);
     let rounds: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(20);
     let max: usize = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(17);
+    // Positions before the scored row's end (at most the text's length).
+    let context: usize = args.get(5).and_then(|s| s.parse().ok()).unwrap_or(400);
     let model = Arc::new(Model::open(kiln_testkit::model_path(name)).expect("model loads"));
     let tokenizer = kiln_tokenizer::Tokenizer::from_gguf(model.gguf().expect("GGUF").metadata())
         .expect("tokenizer");
     let mut tokens = tokenizer.encode(TEXT, true, false).expect("encodes");
-    tokens.truncate(400);
+    while tokens.len() < context {
+        tokens.extend_from_within(1..);
+    }
+    tokens.truncate(context);
     let (prompt, row) = tokens.split_at(tokens.len() - max);
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
