@@ -10,7 +10,7 @@
 //!   compiled to a matcher that masks the logits each step, over a byte trie of the
 //!   vocabulary ([`Vocab`]).
 //! - Stopping ([`StopStrings`], [`StopReason`]): stop strings with a holdback buffer.
-//! - Log-probabilities of the raw distribution ([`top_logprobs`]).
+//! - Log-probabilities of the raw distribution ([`top_logprobs`], [`logprob`]).
 //!
 //! **Owns:** token selection, constraints, stop conditions and log-probabilities.
 //!
@@ -33,7 +33,7 @@ pub use config::{SamplerConfig, SamplerConfigError, Stage};
 pub use grammar::{
     CompileLimits, Grammar, GrammarCache, GrammarError, GrammarKind, MatchError, Matcher,
 };
-pub use logprobs::{TokenLogprob, argmax, top_logprobs};
+pub use logprobs::{TokenLogprob, argmax, logprob, top_logprobs};
 pub use sampler::{MaskStats, SampleError, Sampler};
 pub use stop::{StopError, StopReason, StopStrings, truncate_at_stop};
 pub use vocab::{TokenMask, Vocab};

@@ -20,12 +20,30 @@ pub fn argmax(logits: &[f32]) -> u32 {
     best as u32
 }
 
+/// `log(sum(exp(logits)))`, summed in `f64` from the largest logit.
+fn log_z(logits: &[f32]) -> f64 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&v| ((v - max) as f64).exp()).sum();
+    max as f64 + sum.ln()
+}
+
+/// `log_softmax(logits)[id]` given `log_z(logits)` (negative infinity for an `id` past the
+/// end).
+fn logprob_with(logits: &[f32], id: u32, log_z: f64) -> f32 {
+    logits
+        .get(id as usize)
+        .map_or(f32::NEG_INFINITY, |&v| (v as f64 - log_z) as f32)
+}
+
+/// `log_softmax(logits)[id]`, as [`top_logprobs`] computes it.
+pub fn logprob(logits: &[f32], id: u32) -> f32 {
+    logprob_with(logits, id, log_z(logits))
+}
+
 /// `log_softmax(logits)[id]` and the `k` most likely tokens with their log-probabilities,
 /// most likely first. `out` is cleared and refilled (reuse it to avoid allocation).
 pub fn top_logprobs(logits: &[f32], id: u32, k: usize, out: &mut Vec<TokenLogprob>) -> f32 {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = logits.iter().map(|&v| ((v - max) as f64).exp()).sum();
-    let log_z = max as f64 + sum.ln();
+    let log_z = log_z(logits);
     out.clear();
     if k > 0 {
         // Keep the k best in a small sorted buffer: O(n log k).
@@ -48,9 +66,7 @@ pub fn top_logprobs(logits: &[f32], id: u32, k: usize, out: &mut Vec<TokenLogpro
             e.logprob = (e.logprob as f64 - log_z) as f32;
         }
     }
-    logits
-        .get(id as usize)
-        .map_or(f32::NEG_INFINITY, |&v| (v as f64 - log_z) as f32)
+    logprob_with(logits, id, log_z)
 }
 
 #[cfg(test)]

@@ -142,8 +142,7 @@ impl DraftLength {
             // A draft model that drafted nothing (no token it was sure enough of) spent
             // its pass for the one token a plain step emits.
             if draft_cost > 0.0 {
-                self.earned = Self::YIELD_DECAY * self.earned + 1.0;
-                self.spent = Self::YIELD_DECAY * self.spent + self.pass_cost(1) + draft_cost;
+                self.add_yield(0, 0, draft_cost);
                 if self.earned < self.spent {
                     self.pause_drafting();
                 }
@@ -154,8 +153,7 @@ impl DraftLength {
         let tested = accepted + usize::from(accepted < drafted);
         self.tested = Self::DECAY * self.tested + tested as f64;
         self.passed = Self::DECAY * self.passed + accepted as f64;
-        self.earned = Self::YIELD_DECAY * self.earned + (accepted + 1) as f64;
-        self.spent = Self::YIELD_DECAY * self.spent + self.pass_cost(drafted + 1) + draft_cost;
+        self.add_yield(drafted, accepted, draft_cost);
         self.cur = if accepted == drafted {
             (self.cur * 2).min(self.max)
         } else {
@@ -175,6 +173,13 @@ impl DraftLength {
         } else if self.earned > self.spent {
             self.pauses = 0;
         }
+    }
+
+    /// Adds a pass that scored `drafted + 1` tokens and emitted `accepted + 1`, after
+    /// `draft_cost` steps of drafting, to what drafting earned and cost.
+    fn add_yield(&mut self, drafted: usize, accepted: usize, draft_cost: f64) {
+        self.earned = Self::YIELD_DECAY * self.earned + (accepted + 1) as f64;
+        self.spent = Self::YIELD_DECAY * self.spent + self.pass_cost(drafted + 1) + draft_cost;
     }
 
     /// Pauses drafting for `PAUSE` steps doubled per consecutive pause, and forgets what

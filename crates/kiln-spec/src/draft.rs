@@ -155,7 +155,7 @@ impl DraftModel {
                 draw(&q[row..], rng.random::<f64>())
             } else {
                 let tok = kiln_sample::argmax(logits);
-                if p_min > 0.0 && top_probability(logits, tok) < p_min {
+                if p_min > 0.0 && kiln_sample::logprob(logits, tok).exp() < p_min {
                     break;
                 }
                 tok
@@ -172,13 +172,6 @@ impl DraftModel {
         }
         Ok(())
     }
-}
-
-/// `softmax(logits)[top]`, where `top` is the argmax: `1 / sum(exp(l - l_top))`.
-fn top_probability(logits: &[f32], top: u32) -> f32 {
-    let max = logits[top as usize];
-    let sum: f64 = logits.iter().map(|&l| f64::from((l - max).exp())).sum();
-    (1.0 / sum) as f32
 }
 
 /// Appends `softmax(logits / t)` to `q`.

@@ -131,8 +131,11 @@ mod tests {
 
     #[test]
     fn the_draft_confidence_floor_is_for_draft_models_only() {
-        let cfg = config(&["--spec", "draft", "--draft-model", "m"]).unwrap();
-        assert_eq!(cfg.unwrap().draft_p_min, SpecConfig::DRAFT_P_MIN);
+        let cfg = config(&["--spec", "draft", "--draft-model", "m"]).expect("valid");
+        assert_eq!(
+            cfg.expect("speculating").draft_p_min,
+            SpecConfig::DRAFT_P_MIN
+        );
         let cfg = config(&[
             "--spec",
             "draft",
@@ -141,7 +144,8 @@ mod tests {
             "--draft-p-min",
             "0.5",
         ]);
-        assert_eq!(cfg.unwrap().unwrap().draft_p_min, 0.5);
+        let cfg = cfg.expect("valid").expect("speculating");
+        assert_eq!(cfg.draft_p_min, 0.5);
         let err = config(&["--spec", "ngram", "--draft-p-min", "0.5"]).unwrap_err();
         assert!(
             err.to_string()
