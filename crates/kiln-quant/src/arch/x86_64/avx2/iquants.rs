@@ -55,6 +55,7 @@ pub(crate) fn dot_iq4_nl(w: &[u8], a: &[u8]) -> f32 {
     let mut acc2 = _mm256_setzero_ps();
     let pairs = w.len() / 2;
     for i in 0..pairs {
+        prefetch_row_ahead(w, 2 * i);
         let (d1, p1) = iq4_nl_block(&w[2 * i], &a[2 * i]);
         let (d2, p2) = iq4_nl_block(&w[2 * i + 1], &a[2 * i + 1]);
         acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d1), _mm256_cvtepi32_ps(p1), acc1);
@@ -94,7 +95,8 @@ pub(crate) fn dot_iq4_xs(w: &[u8], a: &[u8]) -> f32 {
     let (w, a): (&[BlockIQ4XS], &[BlockQ8K]) = (as_blocks(w), as_blocks(a));
     assert_eq!(w.len(), a.len());
     let mut acc = _mm256_setzero_ps();
-    for (x, y) in w.iter().zip(a) {
+    for (i, (x, y)) in w.iter().zip(a).enumerate() {
+        prefetch_row_ahead(w, i);
         let mut sumi = _mm256_setzero_si256();
         for j in 0..8 {
             let q = iq4_levels(&x.qs[16 * j..16 * j + 16]);

@@ -361,7 +361,8 @@ pub(crate) fn dot_q5_k(w: &[u8], a: &[u8]) -> f32 {
     let one = _mm256_set1_epi8(1);
     let mut acc = _mm256_setzero_ps();
     let mut summs = 0.0f32;
-    for (x, y) in w.iter().zip(a) {
+    for (i, (x, y)) in w.iter().zip(a).enumerate() {
+        prefetch_row_ahead(w, i);
         let (sc, m) = q4k_scales_mins(&x.scales);
         let dm = f16x2_to_f32(x.d, x.dmin);
         let yd = y.d.get();
@@ -470,7 +471,8 @@ pub(crate) fn dot_q6_k(w: &[u8], a: &[u8]) -> f32 {
     let (w, a): (&[BlockQ6K], &[BlockQ8K]) = (as_blocks(w), as_blocks(a));
     assert_eq!(w.len(), a.len());
     let mut acc = _mm256_setzero_ps();
-    for (x, y) in w.iter().zip(a) {
+    for (i, (x, y)) in w.iter().zip(a).enumerate() {
+        prefetch_row_ahead(w, i);
         let d = y.d.get() * f16_to_f32(x.d);
         let scales16 = _mm256_cvtepi8_epi16(load_bytes16(&x.scales));
         let mut sumi = _mm256_setzero_si256();

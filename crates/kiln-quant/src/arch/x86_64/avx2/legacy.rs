@@ -415,7 +415,8 @@ pub(crate) fn dot_q5_1(w: &[u8], a: &[u8]) -> f32 {
     let bit4 = _mm256_set1_epi8(0x10);
     let mut acc = _mm256_setzero_ps();
     let mut summs = 0.0f32;
-    for (x, y) in w.iter().zip(a) {
+    for (i, (x, y)) in w.iter().zip(a).enumerate() {
+        prefetch_row_ahead(w, i);
         let dm = f16x2_to_f32(x.d, x.m);
         let ds = f16x2_to_f32(y.d, y.s);
         let mx = _mm_cvtss_f32(_mm_movehdup_ps(dm));
