@@ -273,6 +273,10 @@ pub(crate) struct WeightKernels {
     /// The eight-token GEMM micro-kernel, where one exists (the driver then takes tokens
     /// eight at a time, and the rest four at a time).
     pub(crate) dot8: Option<Imp<Dot8Fn>>,
+    /// Whether `dot8` reads the activations' `lay8` layout when it is there (the AVX2
+    /// Q4_K tile takes each token's `bsums` pair sums from it instead of forming them again
+    /// for every weight row). The matmul scratch lays it out only for a table that reads it.
+    pub(crate) dot8_reads_lay8: bool,
     /// GEMM micro-kernels for two and for three tokens (the first two or three outputs of
     /// a four-token call's), where they exist: the driver then runs two or three tokens
     /// left after its wider calls with them, not a four- or eight-token call over padding.
@@ -348,11 +352,15 @@ impl Kernels {
 
     /// Whether a kernel of this table reads the `lay8` layout of activations of type `a`:
     /// the eight-token tiles over row layouts (`dot8r2_unpacked`, `dot8r4_grouped`) of the
-    /// weight types whose activations are `a` do. The matmul scratch lays them out only then.
+    /// weight types whose activations are `a` do, and a `dot8` set with
+    /// [`Kernels::set_dot8_reading_lay8`]. The matmul scratch lays them out only then.
     pub(crate) fn reads_lay8(&self, a: AType) -> bool {
         WType::ALL.iter().any(|&w| {
             let k = &self.weights[w as usize];
-            w.act() == a && (k.dot8r2_unpacked.is_some() || k.dot8r4_grouped.is_some())
+            w.act() == a
+                && (k.dot8r2_unpacked.is_some()
+                    || k.dot8r4_grouped.is_some()
+                    || (k.dot8.is_some() && k.dot8_reads_lay8))
         })
     }
 
@@ -400,10 +408,19 @@ impl Kernels {
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) const fn set_dot8(&mut self, w: WType, dot8: Dot8Fn) {
         self.weights[w as usize].dot8 = Some(self.own(dot8));
+        self.weights[w as usize].dot8_reads_lay8 = false;
         self.weights[w as usize].dot8_unpacked = None;
         self.weights[w as usize].dot8r4_grouped = None;
         self.weights[w as usize].dot8r2 = None;
         self.weights[w as usize].dot8r2_unpacked = None;
+    }
+
+    /// [`Kernels::set_dot8`] with a kernel that reads the activations' `lay8` layout when
+    /// the driver gives one (and must agree with the dot without it too).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) const fn set_dot8_reading_lay8(&mut self, w: WType, dot8: Dot8Fn) {
+        self.set_dot8(w, dot8);
+        self.weights[w as usize].dot8_reads_lay8 = true;
     }
 
     /// Gives `w` a two-row × eight-token GEMM tile (`w` must have a `dot8`, set first: a

@@ -67,6 +67,7 @@ macro_rules! weight_kernels {
             dot8: None,
             dot8_unpacked: None,
             dot23: None,
+            dot8_reads_lay8: false,
             dot8r4_grouped: None,
             dot8r2: None,
             dot8r2_unpacked: None,

@@ -101,7 +101,7 @@ pub(crate) const fn avx2_table() -> Kernels {
         kquants::dot4_q4_k,
     );
     k.set_dot23(Q4_K, kquants::dot2_q4_k, kquants::dot3_q4_k);
-    k.set_dot8(Q4_K, kquants::dot8_q4_k);
+    k.set_dot8_reading_lay8(Q4_K, kquants::dot8_q4_k);
     k.set_dots(
         Q5_K,
         kquants::dot_q5_k,

@@ -18,7 +18,7 @@ use crate::blocks::{
     BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K, as_blocks, q3k_scales,
     q4k_scales_mins,
 };
-use crate::table::ActRows;
+use crate::table::{ActRows, Q8K8_BLOCK_BYTES};
 
 /// 16 `i16` lanes: 8 of `lo`, then 8 of `hi` (the scales of the two 16-element halves of a
 /// 32-element group).
@@ -311,10 +311,69 @@ pub(crate) fn dot3_q4_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
     out[..3].copy_from_slice(&tile_q4_k(w, rows_n::<3, BlockQ8K>(&a, w.len())));
 }
 
+/// The eight-token Q4_K tile when the driver gives the tokens' scales interleaved (`sc8`)
+/// and the `lay8` layout (its `bsums` pair sums, [`crate::table::interleave8_q8k`]): the
+/// per-token parts of each block's float step, which [`tile_q4_k`] forms again for every
+/// weight row (a scale product, a negation, the `bsums` pair sums), come from them — eight
+/// tokens' `d` products in one vector multiply, the pair sums as one load. The same values
+/// as [`dot_q4_k`]'s, so the same bits.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn tile8_q4_k_laid(w: &[BlockQ4K], ys: [&[BlockQ8K]; 8], sc8: &[f32], lay8: &[u8]) -> [f32; 8] {
+    let nb = w.len();
+    assert!(sc8.len() >= 8 * nb && lay8.len() >= nb * Q8K8_BLOCK_BYTES);
+    let m4 = _mm256_set1_epi8(0x0F);
+    let sign = _mm256_set1_ps(-0.0);
+    let mut acc = [_mm256_setzero_ps(); 8];
+    let mut acc_m = [_mm_setzero_ps(); 8];
+    // Eight tokens' `d` and `dmin` products of the current block, read back one lane at a
+    // time as broadcast loads.
+    let mut d = [0.0f32; 8];
+    let mut dmin = [0.0f32; 8];
+    for (i, x) in w.iter().enumerate() {
+        let b = q4k_block(x);
+        let yd = load_f32x8(&sc8[8 * i..8 * i + 8]);
+        // `yd * d` and `-yd * dmin`, lane by lane the scalar products of `dot_q4_k`.
+        store_f32x8(&mut d, _mm256_mul_ps(yd, _mm256_set1_ps(b.d)));
+        store_f32x8(
+            &mut dmin,
+            _mm256_mul_ps(_mm256_xor_ps(yd, sign), _mm256_set1_ps(b.dmin)),
+        );
+        let mut sumi = [_mm256_setzero_si256(); 8];
+        for j in 0..4 {
+            let bits = load_bytes32(&x.qs[32 * j..32 * j + 32]);
+            let q4l = _mm256_and_si256(bits, m4);
+            let q4h = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4);
+            let sl = _mm256_set1_epi16(b.sc[2 * j] as i16);
+            let sh = _mm256_set1_epi16(b.sc[2 * j + 1] as i16);
+            for t in 0..8 {
+                sumi[t] = _mm256_add_epi32(sumi[t], q4k_pair(q4l, q4h, sl, sh, &ys[t][i], j));
+            }
+        }
+        // Token `t`'s eight pair sums, wrapped to `i16` as `hadd_epi16` forms them.
+        let sums = &lay8[i * Q8K8_BLOCK_BYTES + 2048..(i + 1) * Q8K8_BLOCK_BYTES];
+        for t in 0..8 {
+            let prod = _mm_madd_epi16(b.mins, load_bytes16(&sums[16 * t..16 * t + 16]));
+            acc_m[t] = _mm_fmadd_ps(_mm_broadcast_ss(&dmin[t]), _mm_cvtepi32_ps(prod), acc_m[t]);
+            acc[t] = _mm256_fmadd_ps(
+                _mm256_broadcast_ss(&d[t]),
+                _mm256_cvtepi32_ps(sumi[t]),
+                acc[t],
+            );
+        }
+    }
+    std::array::from_fn(|t| hsum_f32x8(acc[t]) + hsum_f32x4(acc_m[t]))
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn dot8_q4_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8]) {
     let w: &[BlockQ4K] = as_blocks(w);
-    *out = tile_q4_k(w, rows_n::<8, BlockQ8K>(&a, w.len()));
+    let ys = rows_n::<8, BlockQ8K>(&a, w.len());
+    *out = if a.sc8.is_empty() || a.lay8.is_empty() {
+        tile_q4_k(w, ys)
+    } else {
+        tile8_q4_k_laid(w, ys, a.sc8, a.lay8)
+    };
 }
 
 // ---------------------------------------------------------------- Q5_K × Q8_K
