@@ -249,8 +249,8 @@ impl MatmulScratch {
 
     /// The prepared rows converted to `a` (converting them now if needed), their widened
     /// scales for the GEMM micro-kernels, the scales' per-row stride, and the scales
-    /// interleaved by groups of eight rows (and for Q8_K the rows laid out for the AVX-512
-    /// Q4_K tile).
+    /// interleaved by groups of eight rows (and for Q8_K the rows laid out for the Q4_K
+    /// tiles that read them).
     #[allow(clippy::type_complexity)]
     fn act_rows(&mut self, k: &Kernels, a: AType) -> (&[u8], &[f32], usize, &[f32], &[u8]) {
         let i = a as usize;

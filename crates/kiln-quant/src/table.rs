@@ -67,8 +67,8 @@ pub(crate) type UnpackFn = unsafe fn(w: &[u8], out: &mut [crate::blocks::BlockI8
 ///
 /// For the eight-token kernels of Q8_K, Q8_0 and Q8_1 activations `lay8` holds the eight
 /// rows' values once more, laid out for the AVX-512 tiles ([`lay8_group_bytes`] per group of
-/// eight rows; see [`interleave8_q8k`], [`interleave8_q80`], [`interleave8_q81`]); it is
-/// empty otherwise.
+/// eight rows; see [`interleave8_q8k`], [`interleave8_q80`], [`interleave8_q81`]; the AVX2
+/// Q4_K tile reads only the Q8_K layout's pair sums); it is empty otherwise.
 #[derive(Clone, Copy)]
 pub(crate) struct ActRows<'a> {
     pub(crate) a: &'a [u8],
@@ -159,8 +159,8 @@ pub(crate) fn interleave8(sc: &[f32], n_sc: usize, out: &mut [f32]) {
 pub(crate) const Q8K8_BLOCK_BYTES: usize = 8 * 256 + 8 * 16;
 
 /// Lays out eight Q8_K rows (`rows`, row `t` at `t * stride`, `nb` blocks each) for the
-/// AVX-512 Q4_K tile, `Q8K8_BLOCK_BYTES` per super-block `i` from `i * Q8K8_BLOCK_BYTES`:
-/// the 256 values of token `t` offset to unsigned bytes (`y + 128`, so `y ^ 0x80`) at
+/// AVX-512 Q4_K tile (the AVX2 one reads only the pair sums), `Q8K8_BLOCK_BYTES` per
+/// super-block `i` from `i * Q8K8_BLOCK_BYTES`: the 256 values of token `t` offset to unsigned bytes (`y + 128`, so `y ^ 0x80`) at
 /// `256 t`, then from `2048 + 16 t` the token's eight pair sums `bsum_2k + bsum_2k+1`
 /// wrapped to `i16` (as `hadd_epi16` forms them), little-endian. The tile's integer sums
 /// are then of unsigned activations and non-negative, which it corrects exactly.
