@@ -171,7 +171,6 @@ fn q4k_pair(
 pub(crate) fn dot_q4_k(w: &[u8], a: &[u8]) -> f32 {
     let (w, a): (&[BlockQ4K], &[BlockQ8K]) = (as_blocks(w), as_blocks(a));
     assert_eq!(w.len(), a.len());
-    let m4 = _mm256_set1_epi8(0x0F);
     let mut acc = _mm256_setzero_ps();
     let mut acc_m = _mm_setzero_ps();
     for (x, y) in w.iter().zip(a) {
@@ -181,18 +180,30 @@ pub(crate) fn dot_q4_k(w: &[u8], a: &[u8]) -> f32 {
         let dmin = -yd * b.dmin;
         let prod = q4k_mins_prod(b.mins, y);
         acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
-        let mut sumi = _mm256_setzero_si256();
-        for j in 0..4 {
-            let bits = load_bytes32(&x.qs[32 * j..32 * j + 32]);
-            let q4l = _mm256_and_si256(bits, m4);
-            let q4h = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4);
-            let sl = _mm256_set1_epi16(b.sc[2 * j] as i16);
-            let sh = _mm256_set1_epi16(b.sc[2 * j + 1] as i16);
-            sumi = _mm256_add_epi32(sumi, q4k_pair(q4l, q4h, sl, sh, y, j));
-        }
+        let [sumi] = q4k_sums(x, &b, [y]);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum_f32x8(acc) + hsum_f32x4(acc_m)
+}
+
+/// The integer sums of one Q4_K block with `T` tokens' blocks: per token the `sumi` of
+/// [`dot_q4_k`] (the same lanes), the block's values unpacked once for all `T`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4k_sums<const T: usize>(x: &BlockQ4K, b: &Q4KBlock, yt: [&BlockQ8K; T]) -> [__m256i; T] {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let mut sumi = [_mm256_setzero_si256(); T];
+    for j in 0..4 {
+        let bits = load_bytes32(&x.qs[32 * j..32 * j + 32]);
+        let q4l = _mm256_and_si256(bits, m4);
+        let q4h = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4);
+        let sl = _mm256_set1_epi16(b.sc[2 * j] as i16);
+        let sh = _mm256_set1_epi16(b.sc[2 * j + 1] as i16);
+        for t in 0..T {
+            sumi[t] = _mm256_add_epi32(sumi[t], q4k_pair(q4l, q4h, sl, sh, yt[t], j));
+        }
+    }
+    sumi
 }
 
 /// The 1 × `T` GEMM tile of Q4_K: each weight block unpacked once for `T` tokens, each
@@ -200,23 +211,12 @@ pub(crate) fn dot_q4_k(w: &[u8], a: &[u8]) -> f32 {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn tile_q4_k<const T: usize>(w: &[BlockQ4K], ys: [&[BlockQ8K]; T]) -> [f32; T] {
-    let m4 = _mm256_set1_epi8(0x0F);
     let mut acc = [_mm256_setzero_ps(); T];
     let mut acc_m = [_mm_setzero_ps(); T];
     for (i, x) in w.iter().enumerate() {
         let b = q4k_block(x);
         let yt: [&BlockQ8K; T] = std::array::from_fn(|t| &ys[t][i]);
-        let mut sumi = [_mm256_setzero_si256(); T];
-        for j in 0..4 {
-            let bits = load_bytes32(&x.qs[32 * j..32 * j + 32]);
-            let q4l = _mm256_and_si256(bits, m4);
-            let q4h = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4);
-            let sl = _mm256_set1_epi16(b.sc[2 * j] as i16);
-            let sh = _mm256_set1_epi16(b.sc[2 * j + 1] as i16);
-            for t in 0..T {
-                sumi[t] = _mm256_add_epi32(sumi[t], q4k_pair(q4l, q4h, sl, sh, yt[t], j));
-            }
-        }
+        let sumi = q4k_sums(x, &b, yt);
         for t in 0..T {
             let yd = yt[t].d.get();
             let d = yd * b.d;
@@ -322,7 +322,6 @@ pub(crate) fn dot3_q4_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
 fn tile8_q4_k_laid(w: &[BlockQ4K], ys: [&[BlockQ8K]; 8], sc8: &[f32], lay8: &[u8]) -> [f32; 8] {
     let nb = w.len();
     assert!(sc8.len() >= 8 * nb && lay8.len() >= nb * Q8K8_BLOCK_BYTES);
-    let m4 = _mm256_set1_epi8(0x0F);
     let sign = _mm256_set1_ps(-0.0);
     let mut acc = [_mm256_setzero_ps(); 8];
     let mut acc_m = [_mm_setzero_ps(); 8];
@@ -339,17 +338,7 @@ fn tile8_q4_k_laid(w: &[BlockQ4K], ys: [&[BlockQ8K]; 8], sc8: &[f32], lay8: &[u8
             &mut dmin,
             _mm256_mul_ps(_mm256_xor_ps(yd, sign), _mm256_set1_ps(b.dmin)),
         );
-        let mut sumi = [_mm256_setzero_si256(); 8];
-        for j in 0..4 {
-            let bits = load_bytes32(&x.qs[32 * j..32 * j + 32]);
-            let q4l = _mm256_and_si256(bits, m4);
-            let q4h = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4);
-            let sl = _mm256_set1_epi16(b.sc[2 * j] as i16);
-            let sh = _mm256_set1_epi16(b.sc[2 * j + 1] as i16);
-            for t in 0..8 {
-                sumi[t] = _mm256_add_epi32(sumi[t], q4k_pair(q4l, q4h, sl, sh, &ys[t][i], j));
-            }
-        }
+        let sumi = q4k_sums::<8>(x, &b, std::array::from_fn(|t| &ys[t][i]));
         // Token `t`'s eight pair sums, wrapped to `i16` as `hadd_epi16` forms them.
         let sums = &lay8[i * Q8K8_BLOCK_BYTES + 2048..(i + 1) * Q8K8_BLOCK_BYTES];
         for t in 0..8 {
