@@ -160,9 +160,10 @@ pub(crate) const Q8K8_BLOCK_BYTES: usize = 8 * 256 + 8 * 16;
 
 /// Lays out eight Q8_K rows (`rows`, row `t` at `t * stride`, `nb` blocks each) for the
 /// AVX-512 Q4_K tile (the AVX2 one reads only the pair sums), `Q8K8_BLOCK_BYTES` per
-/// super-block `i` from `i * Q8K8_BLOCK_BYTES`: the 256 values of token `t` offset to unsigned bytes (`y + 128`, so `y ^ 0x80`) at
-/// `256 t`, then from `2048 + 16 t` the token's eight pair sums `bsum_2k + bsum_2k+1`
-/// wrapped to `i16` (as `hadd_epi16` forms them), little-endian. The tile's integer sums
+/// super-block `i` from `i * Q8K8_BLOCK_BYTES`: the 256 values of token `t` offset to
+/// unsigned bytes (`y + 128`, so `y ^ 0x80`) at `256 t`, then from `2048 + 16 t` the
+/// token's eight pair sums `bsum_2k + bsum_2k+1` wrapped to `i16` (as `hadd_epi16` forms
+/// them), little-endian. The tile's integer sums
 /// are then of unsigned activations and non-negative, which it corrects exactly.
 pub(crate) fn interleave8_q8k(rows: &[u8], stride: usize, nb: usize, out: &mut [u8]) {
     use crate::blocks::{BlockQ8K, as_blocks};

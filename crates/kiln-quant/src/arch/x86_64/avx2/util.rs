@@ -215,7 +215,8 @@ pub(crate) fn prefetch_group_ahead(
 /// [`prefetch_group_ahead`] for a single-row dot over `w` at block `i`: the same block
 /// [`PF_GROUPS_AHEAD`] rows further on (a matrix's rows are contiguous). A GEMV made of
 /// repeated single dots then streams its rows instead of waiting on each row's first
-/// lines (Q6_K, 16384 × 4096, one thread: 6.4–8.3 ms → 4.7–5.2).
+/// lines (Q6_K, 16384 × 4096, one thread: 6.4–8.3 ms → 4.7–6.1 over two rounds of runs;
+/// docs/kernels.md).
 #[inline(always)]
 pub(crate) fn prefetch_row_ahead<B>(w: &[B], i: usize) {
     prefetch_group_ahead(w.as_ptr().cast(), 1, w.len(), size_of::<B>(), i);
