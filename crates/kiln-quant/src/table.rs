@@ -163,8 +163,8 @@ pub(crate) const Q8K8_BLOCK_BYTES: usize = 8 * 256 + 8 * 16;
 /// super-block `i` from `i * Q8K8_BLOCK_BYTES`: the 256 values of token `t` offset to
 /// unsigned bytes (`y + 128`, so `y ^ 0x80`) at `256 t`, then from `2048 + 16 t` the
 /// token's eight pair sums `bsum_2k + bsum_2k+1` wrapped to `i16` (as `hadd_epi16` forms
-/// them), little-endian. The tile's integer sums
-/// are then of unsigned activations and non-negative, which it corrects exactly.
+/// them), little-endian. The tile's integer sums are then of unsigned activations and
+/// non-negative, which it corrects exactly.
 pub(crate) fn interleave8_q8k(rows: &[u8], stride: usize, nb: usize, out: &mut [u8]) {
     use crate::blocks::{BlockQ8K, as_blocks};
     let out = &mut out[..nb * Q8K8_BLOCK_BYTES];
@@ -277,6 +277,7 @@ pub(crate) struct WeightKernels {
     /// Whether `dot8` reads the activations' `lay8` layout when it is there (the AVX2
     /// Q4_K tile takes each token's `bsums` pair sums from it instead of forming them again
     /// for every weight row). The matmul scratch lays it out only for a table that reads it.
+    /// True only beside a `dot8`: `set_dot8_reading_lay8` sets both, `set_dot8` clears it.
     pub(crate) dot8_reads_lay8: bool,
     /// GEMM micro-kernels for two and for three tokens (the first two or three outputs of
     /// a four-token call's), where they exist: the driver then runs two or three tokens
@@ -359,9 +360,7 @@ impl Kernels {
         WType::ALL.iter().any(|&w| {
             let k = &self.weights[w as usize];
             w.act() == a
-                && (k.dot8r2_unpacked.is_some()
-                    || k.dot8r4_grouped.is_some()
-                    || (k.dot8.is_some() && k.dot8_reads_lay8))
+                && (k.dot8r2_unpacked.is_some() || k.dot8r4_grouped.is_some() || k.dot8_reads_lay8)
         })
     }
 
