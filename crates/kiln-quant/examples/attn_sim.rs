@@ -1,8 +1,8 @@
 //! Replays the attention of one decode step at depth (every layer and KV group, the query
 //! heads of a group together) over a cache laid out as kiln-kv lays it out (per layer an
 //! arena of blocks, each block the pages of every KV head), with the one-row arithmetic of
-//! an f16 cache: the many-row score kernel, the key-by-key online softmax kernel, the f16
-//! accumulator. Prints the best time per token of each phase, one thread.
+//! an f16 cache: the many-row score kernel in ggml's `vec_dot_f16` order, the key-by-key
+//! online softmax kernel, the f16 accumulator. Prints the best time per token of each phase, one thread.
 //!
 //! `cargo run --release -p kiln-quant --example attn_sim -- LAYERS KV_HEADS GROUP HEAD_DIM
 //! DEPTH [REPS] [ISA]` (SmolLM2-135M: `30 3 3 64 4096`; Llama-3.2-3B: `28 8 3 128 4096`).
@@ -104,7 +104,7 @@ fn main() {
                         let pages = &pages[..p1 - p0];
                         let n = (p1 - p0) * bs;
                         if pass != 2 {
-                            ak.scores_rows_f16(
+                            ak.scores_rows_f16_split(
                                 &qr,
                                 hd,
                                 &ks[l],

@@ -127,6 +127,19 @@ unsafe fn load_f32x8(p: *const f32) -> __m256 {
     unsafe { _mm256_loadu_ps(p) }
 }
 
+/// Asks for the `bytes` at `p` to be brought into the cache (a hint: no fault, no effect on
+/// results). The kernels call it for the page after the one they are reading, whose address
+/// the hardware prefetchers cannot guess (pages are scattered through the arena).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn prefetch_bytes<T>(p: *const T, bytes: usize) {
+    let p = p.cast::<i8>();
+    for at in (0..bytes).step_by(64) {
+        // A prefetch never faults; the address is only formed, not dereferenced.
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(at));
+    }
+}
+
 /// One slot's sequential f16 score (the scalar oracle's loop of fused steps).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -542,66 +555,228 @@ pub(super) fn scores_rows_f32(
     scores_rows(q, hd, k, pages, bs, scale, out)
 }
 
-/// Lane sum `r` of [`super::scalar::dot_f16_split`] for the eight keys of a group at `src`:
-/// dimensions `r, r + 64, …` below `np`, fused from `+0.0`.
-///
-/// # Safety
-/// Dimension rows `d < np` of the group lie in a checked page of `kp`'s slice.
+/// `a + b`, register by register.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn split_lane(
-    q: &[f32],
-    kp: *const f16,
-    src: usize,
-    bs: usize,
-    r: usize,
-    np: usize,
-) -> __m256 {
-    let mut a = _mm256_setzero_ps();
-    for d in (r..np).step_by(SPLIT_STEP) {
-        // SAFETY: the caller's contract.
-        let kv = unsafe { load_f16x8(kp.add(src + d * bs)) };
-        a = _mm256_fmadd_ps(_mm256_set1_ps(q[d]), kv, a);
+fn add_rows<const R: usize>(a: [__m256; R], b: [__m256; R]) -> [__m256; R] {
+    let mut c = a;
+    for (c, b) in c.iter_mut().zip(b) {
+        *c = _mm256_add_ps(*c, b);
+    }
+    c
+}
+
+/// Dimensions a group of eight keys is widened to, at most, before its scores are summed
+/// (head sizes up to 256 — every architecture Kiln runs; larger ones take the oracle's steps).
+const SPLIT_MAX: usize = 4 * SPLIT_STEP;
+
+/// A group of eight keys widened to f32, dimension by dimension (`kw[d]` holds the eight
+/// keys' dimension `d`).
+type Widened = [__m256; SPLIT_MAX];
+
+/// Lane sum `l` of [`super::scalar::dot_f16_split`] for rows `0..R` of `qp` (rows of `hd`)
+/// against a widened group: dimensions `l, l + 64, …` (`NB` of them), fused from `+0.0`.
+///
+/// # Safety
+/// Rows `0..R` of `qp` hold `hd ≥ 64·NB` floats.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn split_lane<const R: usize, const NB: usize>(
+    qp: *const f32,
+    hd: usize,
+    kw: &Widened,
+    l: usize,
+) -> [__m256; R] {
+    let mut a = [_mm256_setzero_ps(); R];
+    for b in 0..NB {
+        let d = l + b * SPLIT_STEP;
+        for (i, a) in a.iter_mut().enumerate() {
+            // SAFETY: the caller's contract.
+            let qd = unsafe { *qp.add(i * hd + d) };
+            *a = _mm256_fmadd_ps(_mm256_set1_ps(qd), kw[d], *a);
+        }
     }
     a
 }
 
-/// Lane `i < 4` of the folded accumulators of [`super::scalar::dot_f16_split`], eight keys
-/// at a time.
+/// Lane `l < 16` of the accumulators after the first fold of
+/// [`super::scalar::dot_f16_split`]: `(lane(l) + lane(l + 32)) + (lane(l + 16) + lane(l + 48))`.
 ///
 /// # Safety
 /// As [`split_lane`].
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn split_quarter(
-    q: &[f32],
-    kp: *const f16,
-    src: usize,
-    bs: usize,
-    i: usize,
-    np: usize,
-) -> __m256 {
+unsafe fn split_acc<const R: usize, const NB: usize>(
+    qp: *const f32,
+    hd: usize,
+    kw: &Widened,
+    l: usize,
+) -> [__m256; R] {
     // SAFETY: the caller's contract, passed on.
-    let acc = |l: usize| unsafe {
-        let a = _mm256_add_ps(
-            split_lane(q, kp, src, bs, l, np),
-            split_lane(q, kp, src, bs, l + 32, np),
+    unsafe {
+        let a = add_rows(
+            split_lane::<R, NB>(qp, hd, kw, l),
+            split_lane::<R, NB>(qp, hd, kw, l + 32),
         );
-        let b = _mm256_add_ps(
-            split_lane(q, kp, src, bs, l + 16, np),
-            split_lane(q, kp, src, bs, l + 48, np),
+        let b = add_rows(
+            split_lane::<R, NB>(qp, hd, kw, l + 16),
+            split_lane::<R, NB>(qp, hd, kw, l + 48),
         );
-        _mm256_add_ps(a, b)
-    };
-    _mm256_add_ps(
-        _mm256_add_ps(acc(i), acc(i + 8)),
-        _mm256_add_ps(acc(i + 4), acc(i + 12)),
-    )
+        add_rows(a, b)
+    }
 }
 
-/// [`super::scalar::scores_rows_f16_split`]: each group of eight keys one register, every
-/// lane the oracle's tree of lane sums; the f64 tail (head sizes not a multiple of 64) and
-/// slots past the last whole group of eight go key by key through the oracle's steps.
+/// Lane `i < 4` after the eight- and four-lane folds of [`super::scalar::dot_f16_split`].
+///
+/// # Safety
+/// As [`split_lane`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn split_quarter<const R: usize, const NB: usize>(
+    qp: *const f32,
+    hd: usize,
+    kw: &Widened,
+    i: usize,
+) -> [__m256; R] {
+    // SAFETY: the caller's contract, passed on.
+    unsafe {
+        let a = add_rows(
+            split_acc::<R, NB>(qp, hd, kw, i),
+            split_acc::<R, NB>(qp, hd, kw, i + 8),
+        );
+        let b = add_rows(
+            split_acc::<R, NB>(qp, hd, kw, i + 4),
+            split_acc::<R, NB>(qp, hd, kw, i + 12),
+        );
+        add_rows(a, b)
+    }
+}
+
+/// The folded lane sums of [`super::scalar::dot_f16_split`] (its tree, fixed) of rows `0..R`
+/// against a widened group: one register per row, one key per lane.
+///
+/// # Safety
+/// As [`split_lane`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn split_group<const R: usize, const NB: usize>(
+    qp: *const f32,
+    hd: usize,
+    kw: &Widened,
+) -> [__m256; R] {
+    // SAFETY: the caller's contract, passed on.
+    unsafe {
+        let a = add_rows(
+            split_quarter::<R, NB>(qp, hd, kw, 0),
+            split_quarter::<R, NB>(qp, hd, kw, 2),
+        );
+        let b = add_rows(
+            split_quarter::<R, NB>(qp, hd, kw, 1),
+            split_quarter::<R, NB>(qp, hd, kw, 3),
+        );
+        add_rows(a, b)
+    }
+}
+
+/// Query rows summed together against a widened group (each broadcast query value and each
+/// widened key vector loaded serves [`SPLIT_ROWS`] fused multiply-adds).
+const SPLIT_ROWS: usize = 2;
+
+/// Rows `r0..r0 + R` against a widened group whose scores go to `out[r·n + at..][..8]`; the
+/// f64 tail of head sizes not a multiple of 64 by the oracle's steps.
+///
+/// # Safety
+/// Rows `r0..r0 + R` exist in `q` (rows of `hd ≥ 64·NB`); `src` is the group's offset in
+/// `k`, inside a checked page.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn split_store<const R: usize, const NB: usize>(
+    q: &[f32],
+    hd: usize,
+    kw: &Widened,
+    k: &[f16],
+    (src, bs): (usize, usize),
+    scale: f32,
+    (out, n, at): (&mut [f32], usize, usize),
+    r0: usize,
+) {
+    let np = NB * SPLIT_STEP;
+    // SAFETY: row `r0` exists in `q`; the caller's contract otherwise.
+    let sums = unsafe { split_group::<R, NB>(q.as_ptr().add(r0 * hd), hd, kw) };
+    for (i, sum) in sums.into_iter().enumerate() {
+        let r = r0 + i;
+        let o8 = &mut out[r * n + at..r * n + at + 8];
+        if np == hd {
+            // SAFETY: `o8` holds exactly 8 floats.
+            unsafe { _mm256_storeu_ps(o8.as_mut_ptr(), _mm256_mul_ps(sum, _mm256_set1_ps(scale))) };
+        } else {
+            let mut lanes = [0.0f32; 8];
+            // SAFETY: `lanes` holds eight floats.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), sum) };
+            let qr = &q[r * hd..(r + 1) * hd];
+            for (j, (o, &l)) in o8.iter_mut().zip(&lanes).enumerate() {
+                let mut s = f64::from(l);
+                for (d, &qd) in qr.iter().enumerate().skip(np) {
+                    s += f64::from(qd * k[src + d * bs + j].to_f32());
+                }
+                *o = s as f32 * scale;
+            }
+        }
+    }
+}
+
+/// Every row against every whole group of eight keys: the group widened once (`NB` slabs
+/// of 64 dimensions), then its scores for [`SPLIT_ROWS`] rows at a time.
+///
+/// # Safety
+/// `hd ≥ 64·NB`, `q` holds rows of `hd` and `out` as many rows of `pages.len()·bs`, and every
+/// page lies inside `k` (checked by the wrapper).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn split_groups<const NB: usize>(
+    q: &[f32],
+    hd: usize,
+    k: &[f16],
+    pages: &[usize],
+    bs: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let n = pages.len() * bs;
+    let gpp = bs / 8;
+    let rows = q.len() / hd;
+    let mut kw: Widened = [_mm256_setzero_ps(); SPLIT_MAX];
+    for g in 0..pages.len() * gpp {
+        if g % gpp == 0
+            && let Some(&next) = pages.get(g / gpp + 1)
+        {
+            prefetch_bytes(k.as_ptr().wrapping_add(next), bs * hd * size_of::<f16>());
+        }
+        let (src, at) = group(pages, bs, gpp, g);
+        for (d, w) in kw[..NB * SPLIT_STEP].iter_mut().enumerate() {
+            // SAFETY: dimension row `d < hd` of the group lies in its checked page.
+            *w = unsafe { load_f16x8(k.as_ptr().add(src + d * bs)) };
+        }
+        let mut r = 0;
+        while r + SPLIT_ROWS <= rows {
+            // SAFETY: rows `r..r + SPLIT_ROWS` exist; the caller's contract otherwise.
+            unsafe {
+                split_store::<SPLIT_ROWS, NB>(q, hd, &kw, k, (src, bs), scale, (out, n, at), r)
+            };
+            r += SPLIT_ROWS;
+        }
+        if r < rows {
+            // SAFETY: row `r` exists; the caller's contract otherwise.
+            unsafe { split_store::<1, NB>(q, hd, &kw, k, (src, bs), scale, (out, n, at), r) };
+        }
+    }
+}
+
+/// [`super::scalar::scores_rows_f16_split`]: each group of eight keys widened once for every
+/// row, each lane of a row's register the oracle's tree of lane sums over one key; the f64
+/// tail (head sizes not a multiple of 64), slots past the last whole group of eight and head
+/// sizes above 256 go key by key through the oracle's steps.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn scores_rows_f16_split(
     q: &[f32],
@@ -614,49 +789,22 @@ pub(super) fn scores_rows_f16_split(
 ) {
     let n = pages.len() * bs;
     let gpp = bs / 8;
-    let np = hd / SPLIT_STEP * SPLIT_STEP;
-    let sc = _mm256_set1_ps(scale);
-    let kp = k.as_ptr();
+    let nb = hd / SPLIT_STEP;
+    // SAFETY (all arms): `hd ≥ 64·NB`; rows and pages checked by the wrapper.
+    match nb {
+        1 => unsafe { split_groups::<1>(q, hd, k, pages, bs, scale, out) },
+        2 => unsafe { split_groups::<2>(q, hd, k, pages, bs, scale, out) },
+        3 => unsafe { split_groups::<3>(q, hd, k, pages, bs, scale, out) },
+        4 => unsafe { split_groups::<4>(q, hd, k, pages, bs, scale, out) },
+        _ => {}
+    }
+    let whole = (1..=4).contains(&nb);
     for (qr, o) in q.chunks_exact(hd).zip(out.chunks_exact_mut(n)) {
-        for g in 0..pages.len() * gpp {
-            let (src, at) = group(pages, bs, gpp, g);
-            // SAFETY: the group's dimension rows `d < hd` lie in its page, which the wrapper
-            // checked is inside `k`.
-            let sum = unsafe {
-                _mm256_add_ps(
-                    _mm256_add_ps(
-                        split_quarter(qr, kp, src, bs, 0, np),
-                        split_quarter(qr, kp, src, bs, 2, np),
-                    ),
-                    _mm256_add_ps(
-                        split_quarter(qr, kp, src, bs, 1, np),
-                        split_quarter(qr, kp, src, bs, 3, np),
-                    ),
-                )
-            };
-            let o8 = &mut o[at..at + 8];
-            if np == hd {
-                // SAFETY: `o8` holds exactly 8 floats.
-                unsafe { _mm256_storeu_ps(o8.as_mut_ptr(), _mm256_mul_ps(sum, sc)) };
-            } else {
-                let mut lanes = [0.0f32; 8];
-                // SAFETY: `lanes` holds eight floats.
-                unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), sum) };
-                for (j, (o, &l)) in o8.iter_mut().zip(&lanes).enumerate() {
-                    let mut s = f64::from(l);
-                    for (d, &qd) in qr.iter().enumerate().skip(np) {
-                        s += f64::from(qd * k[src + d * bs + j].to_f32());
-                    }
-                    *o = s as f32 * scale;
-                }
-            }
-        }
-        if gpp * 8 < bs {
-            for (&page, o) in pages.iter().zip(o.chunks_exact_mut(bs)) {
-                for (slot, o) in o.iter_mut().enumerate().skip(gpp * 8) {
-                    *o = super::scalar::dot_f16_split(qr, |d| k[page + d * bs + slot].to_f32())
-                        * scale;
-                }
+        for (&page, o) in pages.iter().zip(o.chunks_exact_mut(bs)) {
+            let skip = if whole { gpp * 8 } else { 0 };
+            for (slot, o) in o.iter_mut().enumerate().skip(skip) {
+                *o = super::scalar::dot_f16_split(qr, |d| k[page + d * bs + slot].to_f32())
+                    * scale;
             }
         }
     }
@@ -824,6 +972,111 @@ fn accum_rows<A: Acc8, V: Value8>(
     }
 }
 
+/// `N` registers (8·N dimensions from `d0`) of every f16 accumulator row through keys
+/// `first..first + n`, key after key: the key's value vectors are widened once and serve
+/// every row, whose accumulator stays in memory as f16, so each step is a widening load, the
+/// fused multiply-add and a rounding store — the oracle's store and reload made literal.
+/// Rows × `N` independent steps per key hide the latency of the two conversions (about 14
+/// cycles a step on Zen 3), which eight register-resident chains per key wait on.
+///
+/// # Safety
+/// `acc` holds rows of `dv`, `d0 + 8N ≤ dv`, the weights hold every row's `n` keys, and
+/// every key row lies in a checked page.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn accum_rows_f16_keys<const N: usize>(
+    acc: &mut [f16],
+    dv: usize,
+    v: &[f16],
+    pages: &[usize],
+    bs: usize,
+    first: usize,
+    w: RowWeights<'_>,
+    d0: usize,
+) {
+    let rows = acc.len() / dv;
+    let (ap, vp) = (acc.as_mut_ptr(), v.as_ptr());
+    let mut keys = Rows::new(pages, bs, dv, first);
+    for key in 0..w.n {
+        if keys.slot == 0
+            && let Some(&next) = pages.get(keys.page + 1)
+        {
+            prefetch_bytes(vp.wrapping_add(next + d0), bs * dv * size_of::<f16>());
+        }
+        let row = keys.next_row() + d0;
+        let mut x = [_mm256_setzero_ps(); N];
+        for (j, xj) in x.iter_mut().enumerate() {
+            // SAFETY: the key's row holds `dv ≥ d0 + 8N` values inside a checked page.
+            *xj = unsafe { load_f16x8(vp.add(row + 8 * j)) };
+        }
+        for r in 0..rows {
+            let at = r * w.stride + key;
+            let (m, wv) = (w.ms[at], _mm256_set1_ps(w.vs[at]));
+            // SAFETY: row `r` of `acc` holds dimensions `d0..d0 + 8N`.
+            let p = unsafe { ap.add(r * dv + d0) };
+            for (j, &xj) in x.iter().enumerate() {
+                // SAFETY: `p + 8j .. p + 8j + 8` lies in row `r`; this function's features.
+                unsafe {
+                    let mut a = load_f16x8(p.add(8 * j));
+                    if m != 1.0 {
+                        a = r16(_mm256_mul_ps(a, _mm256_set1_ps(m)));
+                    }
+                    f16::store8(p.add(8 * j), _mm256_fmadd_ps(xj, wv, a));
+                }
+            }
+        }
+    }
+}
+
+/// Many f16 accumulator rows over the same keys (the one-row arithmetic's values): one row
+/// by the one-row kernel (its 64 dimensions in registers), more key by key
+/// ([`accum_rows_f16_keys`], 64 dimensions at a time, then 8), the dimensions past whole
+/// registers with the scalar oracle's step.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn accum_rows_f16(
+    acc: &mut [f16],
+    dv: usize,
+    v: &[f16],
+    pages: &[usize],
+    bs: usize,
+    first: usize,
+    n: usize,
+    ms: &[f32],
+    vs: &[f32],
+    stride: usize,
+) {
+    let rows = acc.len() / dv;
+    if rows == 1 {
+        return accum::<f16, f16>(acc, v, pages, bs, first, &ms[..n], &vs[..n]);
+    }
+    let w = RowWeights { ms, vs, stride, n };
+    let mut d0 = 0;
+    while d0 + 64 <= dv {
+        // SAFETY: `d0 + 64 ≤ dv`; weights and pages checked by the wrapper.
+        unsafe { accum_rows_f16_keys::<8>(acc, dv, v, pages, bs, first, w, d0) };
+        d0 += 64;
+    }
+    while d0 + 8 <= dv {
+        // SAFETY: `d0 + 8 ≤ dv`; weights and pages checked by the wrapper.
+        unsafe { accum_rows_f16_keys::<1>(acc, dv, v, pages, bs, first, w, d0) };
+        d0 += 8;
+    }
+    if d0 < dv {
+        for r in 0..rows {
+            let mut keys = Rows::new(pages, bs, dv, first);
+            for key in 0..n {
+                let row = keys.next_row();
+                let (m, x) = (ms[r * stride + key], vs[r * stride + key]);
+                for d in d0..dv {
+                    step(&mut acc[r * dv + d], v[row + d], m, x);
+                }
+            }
+        }
+    }
+}
+
 macro_rules! accum_rows_kernel {
     ($name:ident, $acc:ty, $val:ty) => {
         #[target_feature(enable = "avx2,fma,f16c")]
@@ -845,7 +1098,6 @@ macro_rules! accum_rows_kernel {
     };
 }
 
-accum_rows_kernel!(accum_rows_f16, f16, f16);
 accum_rows_kernel!(accum_rows_f32, f32, f32);
 accum_rows_kernel!(accum_rows_f16_f32, f32, f16);
 
@@ -929,22 +1181,130 @@ pub(super) fn softmax_weights(s: &[f32], m: f32, out: &mut [f32]) -> (f32, f32) 
     (m, super::scalar::fold_lanes(lanes))
 }
 
-/// [`super::scalar::softmax_online`] with its fused steps as FMA instructions (the same
-/// roundings; without the feature they are calls to `fma`).
+/// [`super::scalar::expf`]'s common path on four `f64` lanes (arguments `|x| < 80`): the same
+/// operations in the same order, the table entry by a gather.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn expf4(x: __m128) -> __m128 {
+    use super::scalar::{EXPF_C, EXPF_INVLN2N, EXPF_SHIFT, EXPF_TAB};
+    let xd = _mm256_cvtps_pd(x);
+    let inv = _mm256_set1_pd(f64::from_bits(EXPF_INVLN2N));
+    let shift = _mm256_set1_pd(f64::from_bits(EXPF_SHIFT));
+    let z = _mm256_fmadd_pd(inv, xd, shift);
+    let ki = _mm256_castpd_si256(z);
+    let kd = _mm256_sub_pd(z, shift);
+    let r = _mm256_fmsub_pd(inv, xd, kd);
+    let at = _mm256_and_si256(ki, _mm256_set1_epi64x(31));
+    // SAFETY: every index is below 32, the table's length.
+    let t = unsafe { _mm256_i64gather_epi64::<8>(EXPF_TAB.as_ptr().cast(), at) };
+    let s = _mm256_castsi256_pd(_mm256_add_epi64(t, _mm256_slli_epi64::<47>(ki)));
+    let p = _mm256_fmadd_pd(
+        r,
+        _mm256_set1_pd(f64::from_bits(EXPF_C[0])),
+        _mm256_set1_pd(f64::from_bits(EXPF_C[1])),
+    );
+    let r2 = _mm256_mul_pd(r, r);
+    let y = _mm256_fmadd_pd(
+        r,
+        _mm256_set1_pd(f64::from_bits(EXPF_C[2])),
+        _mm256_set1_pd(1.0),
+    );
+    let y = _mm256_fmadd_pd(p, r2, y);
+    _mm256_cvtpd_ps(_mm256_mul_pd(y, s))
+}
+
+/// [`expf4`] on eight lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn expf8(x: __m256) -> __m256 {
+    let lo = expf4(_mm256_castps256_ps128(x));
+    let hi = expf4(_mm256_extractf128_ps::<1>(x));
+    _mm256_insertf128_ps::<1>(_mm256_castps128_ps256(lo), hi)
+}
+
+/// Whether any lane of `x` is outside [`expf4`]'s range (`|x| ≥ 80`, infinite or NaN):
+/// [`super::scalar::expf`]'s test on the exponent's top bits.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn expf_special(x: __m256) -> bool {
+    use super::scalar::EXPF_SPECIAL_TOP;
+    let top = _mm256_and_si256(
+        _mm256_srli_epi32::<20>(_mm256_castps_si256(x)),
+        _mm256_set1_epi32(0x7ff),
+    );
+    // `top ≤ 0x7ff`, so the signed compare is the unsigned one.
+    _mm256_movemask_epi8(_mm256_cmpgt_epi32(top, _mm256_set1_epi32(EXPF_SPECIAL_TOP as i32))) != 0
+}
+
+/// [`super::scalar::softmax_online`]: eight keys at a time when none of them raises the
+/// running maximum (after a row's first keys, nearly always) — their weights by [`expf8`],
+/// the sum taken lane by lane in key order as the oracle takes it; a block with a new
+/// maximum or with an argument outside [`expf4`]'s range, and the tail, through the
+/// oracle's steps.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn softmax_online(
     s: &[f32],
-    max: f32,
-    sum: f32,
+    mut max: f32,
+    mut sum: f32,
     ms: &mut [f32],
     vs: &mut [f32],
 ) -> (f32, f32) {
-    super::scalar::softmax_online(s, max, sum, ms, vs)
+    let n = s.len().min(ms.len()).min(vs.len());
+    let (sp, msp, vsp) = (s.as_ptr(), ms.as_mut_ptr(), vs.as_mut_ptr());
+    let mut j = 0;
+    while j + 8 <= n {
+        // SAFETY: `j + 8 ≤ n ≤ s.len()`.
+        let x = unsafe { _mm256_loadu_ps(sp.add(j)) };
+        let mv = _mm256_set1_ps(max);
+        let a = _mm256_sub_ps(x, mv);
+        if _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_GT_OQ>(x, mv)) != 0 || expf_special(a) {
+            (max, sum) = super::scalar::softmax_online(
+                &s[j..j + 8],
+                max,
+                sum,
+                &mut ms[j..j + 8],
+                &mut vs[j..j + 8],
+            );
+            j += 8;
+            continue;
+        }
+        let w = expf8(a);
+        let mut wl = [0.0f32; 8];
+        // SAFETY: `wl` holds eight floats; `j + 8 ≤ n ≤ ms.len(), vs.len()`.
+        unsafe {
+            _mm256_storeu_ps(wl.as_mut_ptr(), w);
+            _mm256_storeu_ps(msp.add(j), _mm256_set1_ps(1.0));
+            _mm256_storeu_ps(vsp.add(j), w);
+        }
+        for &w in &wl {
+            sum += w;
+        }
+        j += 8;
+    }
+    super::scalar::softmax_online(&s[j..n], max, sum, &mut ms[j..n], &mut vs[j..n])
 }
 
-/// [`super::scalar::silu_mul`] with `expf`'s fused steps as FMA instructions (the same
-/// roundings; without the feature they are calls to `fma`).
+/// [`super::scalar::silu_mul`]: eight values a step, `expf(−g)` by [`expf8`], then the
+/// oracle's add, division and product; a step with an argument outside [`expf4`]'s range,
+/// and the tail, by the oracle.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn silu_mul(g: &mut [f32], u: &[f32]) {
-    super::scalar::silu_mul(g, u)
+    let n = g.len().min(u.len());
+    let one = _mm256_set1_ps(1.0);
+    let (gp, up) = (g.as_mut_ptr(), u.as_ptr());
+    let mut j = 0;
+    while j + 8 <= n {
+        // SAFETY: `j + 8 ≤ n ≤ g.len(), u.len()`.
+        let (x, uv) = unsafe { (_mm256_loadu_ps(gp.add(j)), _mm256_loadu_ps(up.add(j))) };
+        if expf_special(x) {
+            super::scalar::silu_mul(&mut g[j..j + 8], &u[j..j + 8]);
+        } else {
+            let e = expf8(_mm256_xor_ps(x, _mm256_set1_ps(-0.0)));
+            let y = _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), uv);
+            // SAFETY: as above.
+            unsafe { _mm256_storeu_ps(gp.add(j), y) };
+        }
+        j += 8;
+    }
+    super::scalar::silu_mul(&mut g[j..n], &u[j..n]);
 }
