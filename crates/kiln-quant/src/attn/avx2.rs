@@ -790,11 +790,14 @@ pub(super) fn scores_rows_f16_split(
     let n = pages.len() * bs;
     let gpp = bs / 8;
     let nb = hd / SPLIT_STEP;
-    // SAFETY (all arms): `hd ≥ 64·NB`; rows and pages checked by the wrapper.
     match nb {
+        // SAFETY: `hd ≥ 64`; rows and pages checked by the wrapper.
         1 => unsafe { split_groups::<1>(q, hd, k, pages, bs, scale, out) },
+        // SAFETY: `hd ≥ 128`; rows and pages checked by the wrapper.
         2 => unsafe { split_groups::<2>(q, hd, k, pages, bs, scale, out) },
+        // SAFETY: `hd ≥ 192`; rows and pages checked by the wrapper.
         3 => unsafe { split_groups::<3>(q, hd, k, pages, bs, scale, out) },
+        // SAFETY: `hd ≥ 256`; rows and pages checked by the wrapper.
         4 => unsafe { split_groups::<4>(q, hd, k, pages, bs, scale, out) },
         _ => {}
     }
@@ -803,8 +806,7 @@ pub(super) fn scores_rows_f16_split(
         for (&page, o) in pages.iter().zip(o.chunks_exact_mut(bs)) {
             let skip = if whole { gpp * 8 } else { 0 };
             for (slot, o) in o.iter_mut().enumerate().skip(skip) {
-                *o = super::scalar::dot_f16_split(qr, |d| k[page + d * bs + slot].to_f32())
-                    * scale;
+                *o = super::scalar::dot_f16_split(qr, |d| k[page + d * bs + slot].to_f32()) * scale;
             }
         }
     }
@@ -1233,7 +1235,10 @@ fn expf_special(x: __m256) -> bool {
         _mm256_set1_epi32(0x7ff),
     );
     // `top ≤ 0x7ff`, so the signed compare is the unsigned one.
-    _mm256_movemask_epi8(_mm256_cmpgt_epi32(top, _mm256_set1_epi32(EXPF_SPECIAL_TOP as i32))) != 0
+    _mm256_movemask_epi8(_mm256_cmpgt_epi32(
+        top,
+        _mm256_set1_epi32(EXPF_SPECIAL_TOP as i32),
+    )) != 0
 }
 
 /// [`super::scalar::softmax_online`]: eight keys at a time when none of them raises the

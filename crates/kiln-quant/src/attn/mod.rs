@@ -48,11 +48,11 @@
 //! | kernel | scalar | avx2 | avx512 |
 //! |---|---|---|---|
 //! | `round_f16`, `scores_f16`, `scores_f32`, `accum_f16`, `accum_f32` | ✓ (oracle) | ✓ (bit-identical) | avx2's |
-//! | `scores_rows_f16_split` (one-row scores, ggml's `vec_dot_f16` order) | ✓ (oracle) | ✓ (bit-identical; eight keys a register; the f64 tail and slots past whole groups of eight by the oracle's steps) | avx2's |
-//! | `scores_rows_*`, `accum_rows_*` (many rows over the same pages) | ✓ (the one-row oracle, row by row) | ✓ (bit-identical; each loaded key or value serves four rows) | ✓ (bit-identical; 16 keys a register, up to 8 rows per key load; 4 rows × 64 dimensions of accumulator in registers; avx2's for pages or value rows not a multiple of 16) |
+//! | `scores_rows_f16_split` (one-row scores, ggml's `vec_dot_f16` order) | ✓ (oracle) | ✓ (bit-identical; eight keys a register, each group of eight widened once for every row, two rows per pass over it; the f64 tail, slots past whole groups of eight and heads over 256 dimensions by the oracle's steps) | avx2's |
+//! | `scores_rows_*`, `accum_rows_*` (many rows over the same pages) | ✓ (the one-row oracle, row by row) | ✓ (bit-identical; each loaded key or value serves four rows; `accum_rows_f16` over two or more rows key by key, each value row widened once for every row, the f16 accumulators in memory) | ✓ (bit-identical; 16 keys a register, up to 8 rows per key load; 4 rows × 64 dimensions of accumulator in registers; avx2's for pages or value rows not a multiple of 16) |
 //! | `softmax_weights` (tile softmax, [`exp`]) | ✓ (oracle) | ✓ (bit-identical) | ✓ (bit-identical) |
-//! | `silu_mul` (the FFN's gated SiLU, [`expf`]) | ✓ (oracle) | ✓ (the oracle with FMA instructions) | ✓ (bit-identical; `expf` on eight `f64` lanes) |
-//! | `softmax_online` (key-by-key softmax, [`expf`]) | ✓ (oracle) | ✓ (the oracle with FMA instructions) | ✓ (bit-identical; sixteen keys a step under the running maximum, `expf` on eight `f64` lanes) |
+//! | `silu_mul` (the FFN's gated SiLU, [`expf`]) | ✓ (oracle) | ✓ (bit-identical; `expf` on four `f64` lanes) | ✓ (bit-identical; `expf` on eight `f64` lanes) |
+//! | `softmax_online` (key-by-key softmax, [`expf`]) | ✓ (oracle) | ✓ (bit-identical; eight keys a step under the running maximum, `expf` on four `f64` lanes) | ✓ (bit-identical; sixteen keys a step under the running maximum, `expf` on eight `f64` lanes) |
 //! | [`store_row`] F16, Q8_0 | ✓ | ✓ (kiln-quant activation converters) | avx2's |
 //! | [`store_row`] F32, Q4_0, Q4_1, Q5_0 | ✓ | scalar (not hot: once per token) | scalar |
 //! | [`hadamard_rotate`] (rotation of quantized K/V, see [`hadamard`]) | ✓ | scalar (compiler-vectorised; a few thousand additions per token and layer) | scalar |
