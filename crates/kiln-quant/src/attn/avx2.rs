@@ -599,61 +599,20 @@ unsafe fn split_lane<const R: usize, const NB: usize>(
     a
 }
 
-/// Lane `l < 16` of the accumulators after the first fold of
-/// [`super::scalar::dot_f16_split`]: `(lane(l) + lane(l + 32)) + (lane(l + 16) + lane(l + 48))`.
-///
-/// # Safety
-/// As [`split_lane`].
+/// One level of [`super::scalar::dot_f16_split`]'s tree: `(f(x) + f(x + 2s)) + (f(x + s) +
+/// f(x + 3s))`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn split_acc<const R: usize, const NB: usize>(
-    qp: *const f32,
-    hd: usize,
-    kw: &Widened,
-    l: usize,
-) -> [__m256; R] {
-    // SAFETY: the caller's contract, passed on.
-    unsafe {
-        let a = add_rows(
-            split_lane::<R, NB>(qp, hd, kw, l),
-            split_lane::<R, NB>(qp, hd, kw, l + 32),
-        );
-        let b = add_rows(
-            split_lane::<R, NB>(qp, hd, kw, l + 16),
-            split_lane::<R, NB>(qp, hd, kw, l + 48),
-        );
-        add_rows(a, b)
-    }
-}
-
-/// Lane `i < 4` after the eight- and four-lane folds of [`super::scalar::dot_f16_split`].
-///
-/// # Safety
-/// As [`split_lane`].
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn split_quarter<const R: usize, const NB: usize>(
-    qp: *const f32,
-    hd: usize,
-    kw: &Widened,
-    i: usize,
-) -> [__m256; R] {
-    // SAFETY: the caller's contract, passed on.
-    unsafe {
-        let a = add_rows(
-            split_acc::<R, NB>(qp, hd, kw, i),
-            split_acc::<R, NB>(qp, hd, kw, i + 8),
-        );
-        let b = add_rows(
-            split_acc::<R, NB>(qp, hd, kw, i + 4),
-            split_acc::<R, NB>(qp, hd, kw, i + 12),
-        );
-        add_rows(a, b)
-    }
+fn fold4<const R: usize>(f: impl Fn(usize) -> [__m256; R], x: usize, s: usize) -> [__m256; R] {
+    add_rows(
+        add_rows(f(x), f(x + 2 * s)),
+        add_rows(f(x + s), f(x + 3 * s)),
+    )
 }
 
 /// The folded lane sums of [`super::scalar::dot_f16_split`] (its tree, fixed) of rows `0..R`
-/// against a widened group: one register per row, one key per lane.
+/// against a widened group: one register per row, one key per lane. The lanes fold by 32
+/// and 16, the sixteen results by 8 and 4, the four by 2 and 1.
 ///
 /// # Safety
 /// As [`split_lane`].
@@ -665,17 +624,8 @@ unsafe fn split_group<const R: usize, const NB: usize>(
     kw: &Widened,
 ) -> [__m256; R] {
     // SAFETY: the caller's contract, passed on.
-    unsafe {
-        let a = add_rows(
-            split_quarter::<R, NB>(qp, hd, kw, 0),
-            split_quarter::<R, NB>(qp, hd, kw, 2),
-        );
-        let b = add_rows(
-            split_quarter::<R, NB>(qp, hd, kw, 1),
-            split_quarter::<R, NB>(qp, hd, kw, 3),
-        );
-        add_rows(a, b)
-    }
+    let lane = |l: usize| unsafe { split_lane::<R, NB>(qp, hd, kw, l) };
+    fold4(|i| fold4(|l| fold4(lane, l, 16), i, 4), 0, 1)
 }
 
 /// Query rows summed together against a widened group (each broadcast query value and each
@@ -801,10 +751,10 @@ pub(super) fn scores_rows_f16_split(
         4 => unsafe { split_groups::<4>(q, hd, k, pages, bs, scale, out) },
         _ => {}
     }
-    let whole = (1..=4).contains(&nb);
+    // Slots the groups above did not score.
+    let skip = if (1..=4).contains(&nb) { gpp * 8 } else { 0 };
     for (qr, o) in q.chunks_exact(hd).zip(out.chunks_exact_mut(n)) {
         for (&page, o) in pages.iter().zip(o.chunks_exact_mut(bs)) {
-            let skip = if whole { gpp * 8 } else { 0 };
             for (slot, o) in o.iter_mut().enumerate().skip(skip) {
                 *o = super::scalar::dot_f16_split(qr, |d| k[page + d * bs + slot].to_f32()) * scale;
             }
