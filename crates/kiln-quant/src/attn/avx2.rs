@@ -413,7 +413,7 @@ accum_kernel!(accum_f16_f32, f32, f16);
 
 /// Query rows per block of the many-row score kernels: each key register loaded (and
 /// widened) serves this many rows.
-const SCORE_ROWS: usize = 4;
+const SCORE_ROWS: usize = 6;
 
 /// Scores of rows `r0..r0 + R` (rows of `hd` in `q`, of `n = pages.len()·bs` in `out`)
 /// against every page: two groups of eight keys at a time, so each dimension step is two
@@ -443,6 +443,7 @@ unsafe fn scores_block<const R: usize, V: Value8>(
     let kp = k.as_ptr();
     let qs = &q[r0 * hd..(r0 + R) * hd];
     let os = &mut out[r0 * n..(r0 + R) * n];
+    let qp: [*const f32; R] = std::array::from_fn(|i| qs[i * hd..(i + 1) * hd].as_ptr());
     let mut g = 0;
     while g < n_groups {
         // Two groups when there are two left, else one (the second repeats the first and is
@@ -455,17 +456,18 @@ unsafe fn scores_block<const R: usize, V: Value8>(
             g0
         };
         let mut a = [[_mm256_set1_ps(-0.0); 2]; R];
+        let (mut p0, mut p1) = (kp.wrapping_add(g0.0), kp.wrapping_add(g1.0));
         for d in 0..hd {
             // SAFETY: slot groups `src..src + 8` of dimension row `d < hd` lie in their
             // pages, which the wrapper checked are inside `k`.
-            let k0 = unsafe { V::load8(kp.add(g0.0 + d * bs)) };
-            // SAFETY: as above.
-            let k1 = unsafe { V::load8(kp.add(g1.0 + d * bs)) };
-            for (i, ai) in a.iter_mut().enumerate() {
-                let qv = _mm256_set1_ps(qs[i * hd + d]);
+            let (k0, k1) = unsafe { (V::load8(p0), V::load8(p1)) };
+            for (ai, &qi) in a.iter_mut().zip(&qp) {
+                // SAFETY: `d < hd`, inside the row.
+                let qv = _mm256_set1_ps(unsafe { *qi.add(d) });
                 ai[0] = _mm256_fmadd_ps(qv, k0, ai[0]);
                 ai[1] = _mm256_fmadd_ps(qv, k1, ai[1]);
             }
+            (p0, p1) = (p0.wrapping_add(bs), p1.wrapping_add(bs));
         }
         for (i, ai) in a.iter().enumerate() {
             let o = &mut os[i * n + g0.1..i * n + g0.1 + 8];
@@ -496,7 +498,7 @@ unsafe fn scores_block<const R: usize, V: Value8>(
 }
 
 /// Many query rows against the same pages: blocks of [`SCORE_ROWS`] rows, then the rest
-/// (one to three rows) as one block.
+/// (one to five rows) as one block.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn scores_rows<V: Value8>(
@@ -519,6 +521,10 @@ fn scores_rows<V: Value8>(
     // of three, not three blocks of one, whose two FMA chains wait on each FMA's latency
     // and which load and widen every key three times.
     match rows - r {
+        // SAFETY: rows `r..r + 5` exist; pages checked by the wrapper.
+        5 => unsafe { scores_block::<5, V>(q, hd, k, pages, bs, scale, out, r) },
+        // SAFETY: rows `r..r + 4` exist; pages checked by the wrapper.
+        4 => unsafe { scores_block::<4, V>(q, hd, k, pages, bs, scale, out, r) },
         // SAFETY: rows `r..r + 3` exist; pages checked by the wrapper.
         3 => unsafe { scores_block::<3, V>(q, hd, k, pages, bs, scale, out, r) },
         // SAFETY: rows `r..r + 2` exist; pages checked by the wrapper.
@@ -764,7 +770,7 @@ pub(super) fn scores_rows_f16_split(
 
 /// Accumulator rows per block of the many-row accumulators: each value register loaded
 /// (and widened) serves this many rows.
-const ACC_ROWS: usize = 4;
+const ACC_ROWS: usize = 6;
 
 /// The weights of many rows over one key range: row `r`, key `i` at `r·stride + i`.
 #[derive(Clone, Copy)]
@@ -775,9 +781,40 @@ struct RowWeights<'a> {
     n: usize,
 }
 
+/// The first key in `from..n` whose rescale factor `m[key]` is not exactly 1 (NaN
+/// included, as `!=` has it), or `n`: eight keys a compare.
+///
+/// # Safety
+/// `m..m + n` must be readable, and the CPU must have AVX2, FMA and F16C.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn next_rescale(m: *const f32, from: usize, n: usize) -> usize {
+    let one = _mm256_set1_ps(1.0);
+    let mut k = from;
+    while k + 8 <= n {
+        // SAFETY: `k + 8 ≤ n`, inside the caller's readable range.
+        let x = unsafe { _mm256_loadu_ps(m.add(k)) };
+        let ne = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_NEQ_UQ>(x, one));
+        if ne != 0 {
+            return k + ne.trailing_zeros() as usize;
+        }
+        k += 8;
+    }
+    // SAFETY: `k < n`, inside the caller's readable range.
+    while k < n && unsafe { *m.add(k) } == 1.0 {
+        k += 1;
+    }
+    k
+}
+
 /// `N` registers (8·N dimensions from `d0`) of accumulator rows `r0..r0 + R` through keys
 /// `first..first + n`: per key, `N` value loads serve `R·N` steps. Each element takes exactly
 /// the one-row kernel's steps in the same order.
+///
+/// The keys at which some row rescales (`ms ≠ 1`: in the prompt arithmetic only a row's
+/// first key of a chunk) are found ahead, eight weights a compare, so the keys between them
+/// run as one branch-free loop within a page: per key `N` loads, `R` broadcasts, `R·N`
+/// fused multiply-adds, the weights read through one pointer per row.
 ///
 /// # Safety
 /// Rows `r0..r0 + R` of `acc` (rows of `dv`) exist, `d0 + 8N ≤ dv`, the weights hold every
@@ -804,31 +841,55 @@ unsafe fn accum_rows_regs<const R: usize, const N: usize, A: Acc8, V: Value8>(
             *aj = unsafe { A::load8(ap.add((r0 + i) * dv + d0 + 8 * j)) };
         }
     }
+    let n = w.n;
+    // Row `i`'s weights of key `k` at `wp[i] + k` (`mp[i] + k`): inside the checked slices.
+    let wp: [*const f32; R] = std::array::from_fn(|i| w.vs[(r0 + i) * w.stride..].as_ptr());
+    let mp: [*const f32; R] = std::array::from_fn(|i| w.ms[(r0 + i) * w.stride..].as_ptr());
+    // SAFETY: each row's `n` rescale factors are readable (checked by the wrapper).
+    let mut next: [usize; R] = std::array::from_fn(|i| unsafe { next_rescale(mp[i], 0, n) });
     let vp = v.as_ptr();
-    let mut rows = Rows::new(pages, bs, dv, first);
-    for key in 0..w.n {
-        let row = rows.next_row() + d0;
-        let mut x = [_mm256_setzero_ps(); N];
-        for (j, xj) in x.iter_mut().enumerate() {
-            // SAFETY: the key's row holds `dv ≥ d0 + 8N` values inside a checked page.
-            *xj = unsafe { V::load8(vp.add(row + 8 * j)) };
-        }
-        for (i, ai) in a.iter_mut().enumerate() {
-            let at = (r0 + i) * w.stride + key;
-            let m = w.ms[at];
-            if m != 1.0 {
-                let mv = _mm256_set1_ps(m);
-                for aj in ai.iter_mut() {
+    let (mut page, mut slot) = (first / bs, first % bs);
+    let mut key = 0;
+    while key < n {
+        for i in 0..R {
+            if next[i] == key {
+                // SAFETY: `key < n`, inside row `i`'s checked weights.
+                let mv = _mm256_set1_ps(unsafe { *mp[i].add(key) });
+                for aj in a[i].iter_mut() {
                     // SAFETY: this function's target features.
                     *aj = unsafe { A::round8(_mm256_mul_ps(*aj, mv)) };
                 }
-            }
-            let wv = _mm256_set1_ps(w.vs[at]);
-            for (aj, &xj) in ai.iter_mut().zip(&x) {
-                // SAFETY: this function's target features.
-                *aj = unsafe { A::round8(_mm256_fmadd_ps(xj, wv, *aj)) };
+                // SAFETY: as for the first search.
+                next[i] = unsafe { next_rescale(mp[i], key + 1, n) };
             }
         }
+        // Up to the next rescale (after this key's), the page's end or the last key.
+        let stop = next.iter().fold(n, |s, &k| s.min(k)).min(key + bs - slot);
+        let stop = stop.max(key + 1);
+        let mut vr = vp.wrapping_add(pages[page] + slot * dv + d0);
+        for k in key..stop {
+            let mut x = [_mm256_setzero_ps(); N];
+            for (j, xj) in x.iter_mut().enumerate() {
+                // SAFETY: key `k`'s row lies in page `page` (`slot + k - key < bs`), a checked
+                // page, and holds `dv ≥ d0 + 8N` values from `vr`.
+                *xj = unsafe { V::load8(vr.add(8 * j)) };
+            }
+            for (ai, &wpi) in a.iter_mut().zip(&wp) {
+                // SAFETY: `k < n`, inside the row's checked weights.
+                let wv = _mm256_set1_ps(unsafe { *wpi.add(k) });
+                for (aj, &xj) in ai.iter_mut().zip(&x) {
+                    // SAFETY: this function's target features.
+                    *aj = unsafe { A::round8(_mm256_fmadd_ps(xj, wv, *aj)) };
+                }
+            }
+            vr = vr.wrapping_add(dv);
+        }
+        slot += stop - key;
+        if slot == bs {
+            slot = 0;
+            page += 1;
+        }
+        key = stop;
     }
     for (i, ai) in a.iter().enumerate() {
         for (j, aj) in ai.iter().enumerate() {
@@ -881,8 +942,8 @@ unsafe fn accum_rows_block<const R: usize, A: Acc8, V: Value8>(
     }
 }
 
-/// Many accumulator rows over the same keys: blocks of [`ACC_ROWS`] rows, then one at a
-/// time (the one-row kernel's 64-dimension blocks).
+/// Many accumulator rows over the same keys: blocks of [`ACC_ROWS`] rows, one of four, then
+/// one at a time (the one-row kernel's 64-dimension blocks).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
@@ -905,6 +966,11 @@ fn accum_rows<A: Acc8, V: Value8>(
         // SAFETY: rows `r..r + ACC_ROWS` exist; weights and pages checked by the wrapper.
         unsafe { accum_rows_block::<ACC_ROWS, A, V>(acc, dv, v, pages, bs, first, w, r) };
         r += ACC_ROWS;
+    }
+    if r + 4 <= rows {
+        // SAFETY: rows `r..r + 4` exist; weights and pages checked by the wrapper.
+        unsafe { accum_rows_block::<4, A, V>(acc, dv, v, pages, bs, first, w, r) };
+        r += 4;
     }
     // One to three rows left: the one-row kernel each (its 64 dimensions in registers); a
     // block of three over 16-dimension passes measured no faster for Llama-3.2-3B's groups
