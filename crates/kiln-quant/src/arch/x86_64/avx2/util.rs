@@ -227,8 +227,7 @@ pub(crate) fn prefetch_row_ahead<B>(w: &[B], i: usize) {
 /// The four activation rows of a `dot4` call, each `n` blocks long.
 #[inline(always)]
 pub(crate) fn rows4<'a, B: Pod>(a: &ActRows<'a>, n: usize) -> [&'a [B]; 4] {
-    let len = n * size_of::<B>();
-    std::array::from_fn(|t| as_blocks(a.row(t, len)))
+    rows_n::<4, B>(a, n)
 }
 
 /// The four rows' widened scales (`per_block` values per block).
@@ -241,7 +240,12 @@ pub(crate) fn scales4<'a>(a: &ActRows<'a>, n: usize, per_block: usize) -> [&'a [
 #[inline(always)]
 pub(crate) fn rows_n<'a, const T: usize, B: Pod>(a: &ActRows<'a>, n: usize) -> [&'a [B]; T] {
     let len = n * size_of::<B>();
-    std::array::from_fn(|t| as_blocks(a.row(t, len)))
+    // A plain loop: `std::array::from_fn` here stayed an out-of-line call per GEMM tile.
+    let mut rows: [&'a [B]; T] = [&[]; T];
+    for (t, r) in rows.iter_mut().enumerate() {
+        *r = as_blocks(a.row(t, len));
+    }
+    rows
 }
 
 /// The first `T` rows' widened scales (`per_block` values per block).

@@ -183,7 +183,12 @@ pub(crate) fn quad_index16(k: i16) -> __m512i {
 #[inline(always)]
 pub(crate) fn rows_n<'a, const T: usize, B: Pod>(a: &ActRows<'a>, n: usize) -> [&'a [B]; T] {
     let len = n * size_of::<B>();
-    std::array::from_fn(|t| as_blocks(a.row(t, len)))
+    // A plain loop: `std::array::from_fn` here stayed an out-of-line call per GEMM tile.
+    let mut rows: [&'a [B]; T] = [&[]; T];
+    for (t, r) in rows.iter_mut().enumerate() {
+        *r = as_blocks(a.row(t, len));
+    }
+    rows
 }
 
 /// A GEMV entry point made of four single-row dots.
