@@ -863,9 +863,9 @@ unsafe fn accum_rows_regs<const R: usize, const N: usize, A: Acc8, V: Value8>(
                 next[i] = unsafe { next_rescale(mp[i], key + 1, n) };
             }
         }
-        // Up to the next rescale (after this key's), the page's end or the last key.
+        // Up to the next rescale (every `next` is past `key` now), the page's end (`slot <
+        // bs`) or the last key: at least this key.
         let stop = next.iter().fold(n, |s, &k| s.min(k)).min(key + bs - slot);
-        let stop = stop.max(key + 1);
         let mut vr = vp.wrapping_add(pages[page] + slot * dv + d0);
         for k in key..stop {
             let mut x = [_mm256_setzero_ps(); N];
