@@ -315,35 +315,44 @@ pub(crate) fn dot3_q4_k(w: &[u8], a: ActRows<'_>, out: &mut [f32; 4]) {
 /// and the `lay8` layout (its `bsums` pair sums, [`crate::table::interleave8_q8k`]): the
 /// per-token parts of each block's float step, which [`tile_q4_k`] forms again for every
 /// weight row (a scale product, a negation, the `bsums` pair sums), come from them — eight
-/// tokens' `d` products in one vector multiply, the pair sums as one load. The same values
-/// as [`dot_q4_k`]'s, so the same bits.
+/// tokens' `d` products in one vector multiply, the pair sums as one load. Two tokens' mins
+/// share a vector: their four-lane accumulators of [`dot_q4_k`] are the two halves of one
+/// `__m256` (a 256-bit `madd` of the block's mins with two tokens' pair sums, one
+/// conversion, one `fma` with the two `dmin` products spread over their halves), so each
+/// lane sees the same operations as in [`dot_q4_k`]. The same values, so the same bits.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn tile8_q4_k_laid(w: &[BlockQ4K], ys: [&[BlockQ8K]; 8], sc8: &[f32], lay8: &[u8]) -> [f32; 8] {
     let nb = w.len();
     assert!(sc8.len() >= 8 * nb && lay8.len() >= nb * Q8K8_BLOCK_BYTES);
     let sign = _mm256_set1_ps(-0.0);
+    // Lane indices that spread `dmin` products `2p` and `2p + 1` over a vector's halves.
+    let spread: [__m256i; 4] = std::array::from_fn(|p| {
+        let (a, b) = (2 * p as i32, 2 * p as i32 + 1);
+        _mm256_setr_epi32(a, a, a, a, b, b, b, b)
+    });
     let mut acc = [_mm256_setzero_ps(); 8];
-    let mut acc_m = [_mm_setzero_ps(); 8];
-    // Eight tokens' `d` and `dmin` products of the current block, read back one lane at a
-    // time as broadcast loads.
+    let mut acc_m = [_mm256_setzero_ps(); 4];
+    // Eight tokens' `d` products of the current block, read back one lane at a time as
+    // broadcast loads.
     let mut d = [0.0f32; 8];
-    let mut dmin = [0.0f32; 8];
     for (i, x) in w.iter().enumerate() {
         let b = q4k_block(x);
         let yd = load_f32x8(&sc8[8 * i..8 * i + 8]);
         // `yd * d` and `-yd * dmin`, lane by lane the scalar products of `dot_q4_k`.
         store_f32x8(&mut d, _mm256_mul_ps(yd, _mm256_set1_ps(b.d)));
-        store_f32x8(
-            &mut dmin,
-            _mm256_mul_ps(_mm256_xor_ps(yd, sign), _mm256_set1_ps(b.dmin)),
-        );
-        let sumi = q4k_sums::<8>(x, &b, std::array::from_fn(|t| &ys[t][i]));
-        // Token `t`'s eight pair sums, wrapped to `i16` as `hadd_epi16` forms them.
+        let dmin = _mm256_mul_ps(_mm256_xor_ps(yd, sign), _mm256_set1_ps(b.dmin));
+        // Tokens `2p` and `2p + 1`'s pair sums (wrapped to `i16` as `hadd_epi16` forms them)
+        // against the mins in both halves.
         let sums = &lay8[i * Q8K8_BLOCK_BYTES + 2048..(i + 1) * Q8K8_BLOCK_BYTES];
+        let mins = _mm256_broadcastsi128_si256(b.mins);
+        for p in 0..4 {
+            let prod = _mm256_madd_epi16(mins, load_bytes32(&sums[32 * p..32 * p + 32]));
+            let dm = _mm256_permutevar8x32_ps(dmin, spread[p]);
+            acc_m[p] = _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(prod), acc_m[p]);
+        }
+        let sumi = q4k_sums::<8>(x, &b, std::array::from_fn(|t| &ys[t][i]));
         for t in 0..8 {
-            let prod = _mm_madd_epi16(b.mins, load_bytes16(&sums[16 * t..16 * t + 16]));
-            acc_m[t] = _mm_fmadd_ps(_mm_broadcast_ss(&dmin[t]), _mm_cvtepi32_ps(prod), acc_m[t]);
             acc[t] = _mm256_fmadd_ps(
                 _mm256_broadcast_ss(&d[t]),
                 _mm256_cvtepi32_ps(sumi[t]),
@@ -351,7 +360,15 @@ fn tile8_q4_k_laid(w: &[BlockQ4K], ys: [&[BlockQ8K]; 8], sc8: &[f32], lay8: &[u8
             );
         }
     }
-    std::array::from_fn(|t| hsum_f32x8(acc[t]) + hsum_f32x4(acc_m[t]))
+    std::array::from_fn(|t| {
+        let m = acc_m[t / 2];
+        let half = if t % 2 == 0 {
+            _mm256_castps256_ps128(m)
+        } else {
+            _mm256_extractf128_ps::<1>(m)
+        };
+        hsum_f32x8(acc[t]) + hsum_f32x4(half)
+    })
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
