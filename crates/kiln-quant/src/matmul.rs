@@ -507,7 +507,10 @@ pub(crate) const UNPACK_MIN_GROUPS: usize = 4;
 /// Fewest rows in a GEMM row block.
 const ROW_BLOCK_MIN: usize = 4;
 /// GEMM tasks per thread (claimed dynamically, so a late thread delays the matmul by one).
-const GEMM_TASKS_PER_THREAD: usize = 4;
+/// Twelve rather than four: with four, the main thread of an 8B-shape prefill (AVX2 Zen 3,
+/// two threads, 256 tokens) spent 2.6 % of its samples waiting for the other thread's last
+/// task, with twelve 0.8 %, and the pass ran 4–8 % faster.
+const GEMM_TASKS_PER_THREAD: usize = 12;
 /// Fewest rows a GEMM task gets.
 const GEMM_MIN_ROWS: usize = 16;
 
