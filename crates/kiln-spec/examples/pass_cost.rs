@@ -43,7 +43,7 @@ fn main() {
     // Per size: best (wall, cpu) of the all-logits pass and of the last-logits pass.
     let mut best = vec![[(f64::MAX, f64::MAX); 2]; max + 1];
     pool.install(|| {
-        let mut s = Session::new(Arc::clone(&model), prompt.len() + max + 1, 64);
+        let mut s = Session::new(Arc::clone(&model), prompt.len() + max + 64, 64);
         s.forward(prompt, Logits::Last).expect("prompt");
         let seq = s.sequence();
         let pos0 = s.pos();
