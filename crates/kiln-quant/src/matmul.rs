@@ -504,6 +504,12 @@ const ROW_BLOCK_BYTES: usize = 192 * 1024;
 /// tokens took 21.9–23.6 ms where unpacked ones took 24.6–28.9, 24 tokens 56–61 against
 /// 67–70, 32 tokens 77–88 against 71–84).
 pub(crate) const UNPACK_MIN_GROUPS: usize = 4;
+/// Fewest tokens in a GEMM task for which a type with a four-row tile over rows laid out
+/// per row block (`dot8r4_grouped`) takes it. Below it the layout, a pass over the weights,
+/// costs more than the tile saves (AVX-512, Qwen2.5-Coder-0.5B's matrices, mostly Q5_0 and
+/// Q8_0, two threads, alternated runs: two tokens 50 ms with the layout, 26 as GEMVs; four
+/// 48 against 42; five and eight about even, 49–51 against 51–55; sixteen 77 against 114).
+pub(crate) const QUAD_MIN_TOKENS: usize = 5;
 /// Fewest rows in a GEMM row block.
 const ROW_BLOCK_MIN: usize = 4;
 /// GEMM tasks per thread (claimed dynamically, so a late thread delays the matmul by one).
@@ -680,7 +686,8 @@ unsafe fn gemm_tile(
         .dot8_unpacked
         .filter(|_| dot8.is_none() || (t1 - t0).div_ceil(8) >= UNPACK_MIN_GROUPS)
         .map(|(u, d)| (u.f, d.f));
-    let quad = wk.dot8r4_grouped;
+    // Rows laid out in groups of four pay for their layout over five tokens or more.
+    let quad = wk.dot8r4_grouped.filter(|_| t1 - t0 >= QUAD_MIN_TOKENS);
     let pair_unpacked = wk.dot8r2_unpacked;
     let nb = w.cols / w.ty.block_elems();
     let block_row_bytes = if let Some(q) = quad {
@@ -696,8 +703,9 @@ unsafe fn gemm_tile(
     // Whether the activations hold `len` rows from `t` (real or padding, see
     // `padded_rows`): the tile's last group may then run a wider kernel than its tokens
     // fill, dropping the padding outputs. Without two- and three-token kernels, five to
-    // seven tokens take an eight-token call, two or three a four-token one; one takes the
-    // GEMV's row quads. With a four-row tile two to four tokens take an eight-token call
+    // seven tokens take an eight-token call and four a four-token one; two or three take
+    // the GEMV's row quads once per token (below). With a four-row tile (a task of at
+    // least `QUAD_MIN_TOKENS` tokens) its last one to four tokens take an eight-token call
     // too: it costs about what the four-token kernel does over the same rows (Q5_0,
     // 896 × 896, one thread: 107 against 102 µs), and a task's second group of eight
     // reuses the rows laid out for its first (12 tokens: 209 µs as eight + four, 178 as
@@ -720,13 +728,16 @@ unsafe fn gemm_tile(
     };
     let take8 = |t: usize| t + 8 <= t1 || (t + least8 < t1 && fits(t, 8));
     // The narrow call for the tokens from `t`, and how many it covers (real or padding):
-    // four while four are left, then two or three with `dot23`, else a padded four.
+    // four while four are left, then two or three with `dot23`. Without `dot23` two or
+    // three tokens left take the GEMV once per token over the row block, which the first
+    // brings into cache: cheaper than a padded four-token call's arithmetic (AVX-512,
+    // Qwen2.5-Coder-0.5B's matrices, two threads, alternated runs: two tokens 38 -> 26 ms,
+    // three 42 -> 38; four stay a four-token call, 41 against 43 as GEMVs).
     let narrow = |t: usize| -> Option<(crate::table::Dot4Fn, usize)> {
         match (t1.saturating_sub(t), dot23) {
             (4.., _) => Some((dot4, 4)),
             (2, Some((dot2, _))) => Some((dot2, 2)),
             (3, Some((_, dot3))) => Some((dot3, 3)),
-            (2..=3, None) if fits(t, 4) => Some((dot4, 4)),
             _ => None,
         }
     };
