@@ -50,6 +50,9 @@ pub struct DraftLength {
     spent: f64,
     /// Drafting cost (decode steps) of the step about to be recorded (draft models).
     draft_cost: f64,
+    /// A draft model's recent cost per drafted token, in decode steps (decayed; `None`
+    /// before its first draft, and for n-gram drafts, which cost nothing).
+    draft_step: Option<f64>,
 }
 
 impl DraftLength {
@@ -77,6 +80,7 @@ impl DraftLength {
             earned: 0.0,
             spent: 0.0,
             draft_cost: 0.0,
+            draft_step: None,
         }
     }
 
@@ -162,6 +166,12 @@ impl DraftLength {
             }
             return;
         }
+        if draft_cost > 0.0 {
+            let per_token = draft_cost / drafted as f64;
+            self.draft_step = Some(self.draft_step.map_or(per_token, |d| {
+                Self::DECAY * d + (1.0 - Self::DECAY) * per_token
+            }));
+        }
         let accepted = accepted.min(drafted);
         let tested = accepted + usize::from(accepted < drafted);
         self.tested = Self::DECAY * self.tested + tested as f64;
@@ -181,7 +191,11 @@ impl DraftLength {
             self.cur = 1;
         } else if self.earned < self.spent {
             // Drafted passes emitted fewer tokens than plain steps would have in their
-            // time: pause, longer each time the probe after a pause fails too.
+            // time: pause, longer each time the probe after a pause fails too, and as long
+            // as pauses get when not even a wholly accepted draft could pay.
+            if self.cannot_pay() {
+                self.pauses = self.pauses.max(Self::MAX_PAUSE_DOUBLINGS);
+            }
             self.pause_drafting();
         } else if self.earned > self.spent {
             self.pauses = 0;
@@ -193,6 +207,20 @@ impl DraftLength {
     fn add_yield(&mut self, drafted: usize, accepted: usize, draft_cost: f64) {
         self.earned = Self::YIELD_DECAY * self.earned + (accepted + 1) as f64;
         self.spent = Self::YIELD_DECAY * self.spent + self.pass_cost(drafted + 1) + draft_cost;
+    }
+
+    /// Whether no draft could pay even with every drafted token accepted: a pass of `j`
+    /// drafted tokens, all kept, emits `j + 1` tokens for `cost(j + 1)` steps of the target
+    /// plus `j` of the draft model's recent cost per token, and for no `j` up to the most
+    /// drafted is that more than one token per step. Then each probe after a pause (whose
+    /// draft model first reads all the text since its last draft) costs more than it can
+    /// find out, and pauses start at their longest. Only with a measured curve and a draft
+    /// model's cost; an n-gram draft costs nothing and can always pay.
+    fn cannot_pay(&self) -> bool {
+        let (Some(cost), Some(d)) = (self.cost.as_deref(), self.draft_step) else {
+            return false;
+        };
+        (1..=self.max).all(|j| (j + 1) as f64 <= cost.of(j + 1) + j as f64 * d)
     }
 
     /// Pauses drafting for `PAUSE` steps doubled per consecutive pause, and forgets what
@@ -382,6 +410,36 @@ mod tests {
         l.record_draft_cost(4.0);
         l.update(k, 3);
         assert_eq!(l.take(), 0);
+    }
+
+    /// A draft model whose own step costs so much that not even a wholly accepted draft
+    /// pays is paused for the longest pause at once, where an n-gram source with the same
+    /// passes starts with the shortest.
+    #[test]
+    fn pauses_longest_at_once_when_even_accepted_drafts_cannot_pay() {
+        // A pass of n tokens costs 1 + 0.3 (n - 1) steps; with a draft token at 0.8 steps
+        // a wholly accepted draft of j emits j + 1 tokens for 1 + 1.1 j steps.
+        let pass = |n: usize| 0.010 * (1.0 + 0.3 * (n - 1) as f64);
+        let mut model = DraftLength::new(8, true);
+        model.set_cost(curve(pass));
+        let k = model.take();
+        model.record_draft_cost(0.8 * k as f64);
+        model.update(k, k);
+        let paused = std::iter::from_fn(|| Some(model.take()))
+            .take_while(|&k| k == 0)
+            .count();
+        assert_eq!(paused, 64);
+        // The same pass with half the draft's cost could pay when accepted: the short
+        // pause of a draft that lost this time.
+        let mut cheap = DraftLength::new(8, true);
+        cheap.set_cost(curve(pass));
+        let k = cheap.take();
+        cheap.record_draft_cost(0.5 * k as f64);
+        cheap.update(k, 0);
+        let paused = std::iter::from_fn(|| Some(cheap.take()))
+            .take_while(|&k| k == 0)
+            .count();
+        assert_eq!(paused, 4);
     }
 
     /// A draft model that drafted nothing (its first token below the confidence floor)
