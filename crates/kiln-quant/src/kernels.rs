@@ -400,6 +400,14 @@ impl Kernels {
     pub fn dot8r4(&self, ty: GgmlType, w: &[u8], a: &[u8]) -> Result<[[f32; 8]; 4], QuantError> {
         let wt = wtype(ty)?;
         let rb = whole_rows(ty, w, 4, "weight bytes (not four whole rows)")?;
+        if let Some(tile) = self.weights[wt as usize].dot8r4 {
+            let acts = Acts8::new(wt, ty, &w[..rb], a)?;
+            let mut out = [[0.0; 8]; 4];
+            // SAFETY: as in `quantize_activations`; lengths checked above (`w` is four rows
+            // of `rb` bytes, `a` eight activation rows of their length).
+            unsafe { (tile.f)(w, rb, acts.rows(a), &mut out) };
+            return Ok(out);
+        }
         let Some(q) = self.weights[wt as usize].dot8r4_grouped else {
             let mut out = [[0.0; 8]; 4];
             for (r, o) in out.iter_mut().enumerate() {
@@ -422,7 +430,10 @@ impl Kernels {
 
     /// Whether this table has a four-row × eight-token GEMM tile for `ty`.
     pub fn has_dot8r4(&self, ty: GgmlType) -> bool {
-        wtype(ty).is_ok_and(|wt| self.weights[wt as usize].dot8r4_grouped.is_some())
+        wtype(ty).is_ok_and(|wt| {
+            let k = &self.weights[wt as usize];
+            k.dot8r4_grouped.is_some() || k.dot8r4.is_some()
+        })
     }
 
     /// Whether this table has an eight-token GEMM micro-kernel for `ty`.
@@ -478,11 +489,15 @@ impl Kernels {
                     isa: d8.isa,
                 });
             }
-            if let Some(q) = k.dot8r4_grouped {
+            if let Some(isa) = k
+                .dot8r4_grouped
+                .map(|q| q.tile.isa)
+                .or(k.dot8r4.map(|t| t.isa))
+            {
                 v.push(KernelImpl {
                     kernel: "dot8r4",
                     ty: w.ggml(),
-                    isa: q.tile.isa,
+                    isa,
                 });
             }
             if let Some(isa) = k

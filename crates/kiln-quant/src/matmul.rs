@@ -699,7 +699,11 @@ unsafe fn gemm_tile(
     };
     let row_block = (ROW_BLOCK_BYTES / block_row_bytes.max(1))
         .max(ROW_BLOCK_MIN)
-        .next_multiple_of(if quad.is_some() { 4 } else { 2 });
+        .next_multiple_of(if quad.is_some() || wk.dot8r4.is_some() {
+            4
+        } else {
+            2
+        });
     // Whether the activations hold `len` rows from `t` (real or padding, see
     // `padded_rows`): the tile's last group may then run a wider kernel than its tokens
     // fill, dropping the padding outputs. Without two- and three-token kernels, five to
@@ -854,9 +858,29 @@ unsafe fn gemm_tile(
                 }
             });
         } else if let Some(dot8) = dot8 {
+            let dot8r4 = wk.dot8r4.map(|k| k.f);
             while take8(t) {
                 let a8 = rows_at(t, 8);
                 let mut r = rb;
+                if let Some(tile) = dot8r4 {
+                    while r + 4 <= re {
+                        let mut o = [[0.0f32; 8]; 4];
+                        // SAFETY: kernels of a supported ISA; four whole rows `row_bytes`
+                        // apart, and `a8` as below.
+                        unsafe {
+                            tile(
+                                &w.data[r * w.row_bytes..(r + 4) * w.row_bytes],
+                                w.row_bytes,
+                                a8,
+                                &mut o,
+                            )
+                        };
+                        for (j, o) in o.into_iter().enumerate() {
+                            write8(t, r + j, o);
+                        }
+                        r += 4;
+                    }
+                }
                 if let Some(tile) = dot8r2 {
                     while r + 2 <= re {
                         let mut o = [[0.0f32; 8]; 2];

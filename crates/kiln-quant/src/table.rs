@@ -31,6 +31,12 @@ pub(crate) type Dot8Fn = unsafe fn(w: &[u8], a: ActRows<'_>, out: &mut [f32; 8])
 pub(crate) type Dot8R2Fn =
     unsafe fn(w: &[u8], row_bytes: usize, a: ActRows<'_>, out: &mut [[f32; 8]; 2]);
 
+/// Dots of four consecutive weight rows (`w` holds them, `row_bytes` apart) with eight
+/// activation rows: the four-row GEMM tile over rows as stored. `out[r][t]` must equal
+/// [`DotFn`]'s result for row `r`, token `t` bit for bit.
+pub(crate) type Dot8R4Fn =
+    unsafe fn(w: &[u8], row_bytes: usize, a: ActRows<'_>, out: &mut [[f32; 8]; 4]);
+
 /// Unpacks two consecutive weight rows (`w` holds them, `row_bytes` apart) into the layout
 /// of the type's [`Dot8R2UnpackedFn`] (`out` holds the table's bytes per super-block for
 /// each super-block of a row).
@@ -299,6 +305,9 @@ pub(crate) struct WeightKernels {
     /// The two-row × eight-token tile, where one exists (then the driver takes weight rows
     /// two at a time with it, and an odd last row with `dot8`, which the type must have).
     pub(crate) dot8r2: Option<Imp<Dot8R2Fn>>,
+    /// The four-row × eight-token tile over rows as stored, where one exists (then the
+    /// driver takes weight rows four at a time with it, the rest with `dot8r2` and `dot8`).
+    pub(crate) dot8r4: Option<Imp<Dot8R4Fn>>,
     /// The two-row × eight-token tile over row pairs unpacked once per row block, where one
     /// exists (instead of `dot8r2`; an odd last row then takes `dot8`, which the type must
     /// have). The driver unpacks each row pair of a GEMM task's row block once, for all the
@@ -412,6 +421,7 @@ impl Kernels {
         self.weights[w as usize].dot8_unpacked = None;
         self.weights[w as usize].dot8r4_grouped = None;
         self.weights[w as usize].dot8r2 = None;
+        self.weights[w as usize].dot8r4 = None;
         self.weights[w as usize].dot8r2_unpacked = None;
     }
 
@@ -432,6 +442,16 @@ impl Kernels {
             None => panic!("set_dot8r2: the type has no eight-token kernel"),
         }
         self.weights[w as usize].dot8r2_unpacked = None;
+    }
+
+    /// Gives `w` a four-row × eight-token tile over rows as stored. `w` must have a `dot8`,
+    /// set first (for rows left after whole groups of four).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) const fn set_dot8r4(&mut self, w: WType, tile: Dot8R4Fn) {
+        match self.weights[w as usize].dot8 {
+            Some(_) => self.weights[w as usize].dot8r4 = Some(self.own(tile)),
+            None => panic!("set_dot8r4: the type has no eight-token kernel"),
+        }
     }
 
     /// Gives `w` a two-row × eight-token tile over row pairs unpacked once per row block
@@ -512,6 +532,7 @@ impl Kernels {
         self.weights[w as usize].dot8_unpacked = Some((self.own(unpack), self.own(dot8)));
         self.weights[w as usize].dot8r4_grouped = None;
         self.weights[w as usize].dot8r2 = None;
+        self.weights[w as usize].dot8r4 = None;
         self.weights[w as usize].dot8r2_unpacked = None;
     }
 }

@@ -149,9 +149,11 @@ const AVX512_KERNELS: &[(&str, GgmlType)] = &[
     ("dot4", GgmlType::F16),
     ("dot8", GgmlType::F16),
     ("dot8r2", GgmlType::F16),
+    ("dot8r4", GgmlType::F16),
     ("dot4", GgmlType::BF16),
     ("dot8", GgmlType::BF16),
     ("dot8r2", GgmlType::BF16),
+    ("dot8r4", GgmlType::BF16),
 ];
 
 #[test]

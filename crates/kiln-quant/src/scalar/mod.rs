@@ -70,6 +70,7 @@ macro_rules! weight_kernels {
             dot8_reads_lay8: false,
             dot8r4_grouped: None,
             dot8r2: None,
+            dot8r4: None,
             dot8r2_unpacked: None,
         }
     }};
