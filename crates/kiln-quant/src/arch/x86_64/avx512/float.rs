@@ -32,6 +32,29 @@ fn bf16_at(b: &[u8], i: usize) -> f32 {
     bf16_to_f32(u16::from_le_bytes([b[2 * i], b[2 * i + 1]]))
 }
 
+/// One (row, token) dot from its two accumulators (`s[0] | s[1]`, `s[2] | s[3]`): reduced
+/// as the single dot reduces (`reduce`), then the elements from `np` added one product at
+/// a time in `f64` (`elem` widens weight `i` of `row`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn finish(
+    lo: __m512,
+    hi: __m512,
+    row: &[u8],
+    xt: &[f32],
+    np: usize,
+    reduce: impl Fn([__m256; 4]) -> f32,
+    elem: impl Fn(&[u8], usize) -> f32,
+) -> f32 {
+    let (s0, s1) = halves_ps(lo);
+    let (s2, s3) = halves_ps(hi);
+    let mut sum = reduce([s0, s1, s2, s3]) as f64;
+    for (i, &xi) in (np..xt.len()).zip(&xt[np..]) {
+        sum += (elem(row, i) * xi) as f64;
+    }
+    sum as f32
+}
+
 /// `T` tokens' dots with one 16-bit float weight row (see the module docs). Each step
 /// also prefetches the same step two rows further on, as the single dot does (a matrix's
 /// rows are contiguous), so a four-token pass over weights out of cache streams them.
@@ -63,14 +86,15 @@ macro_rules! dots_float16 {
                 }
             }
             for (t, o) in out.iter_mut().enumerate() {
-                let (s0, s1) = halves_ps(lo[t]);
-                let (s2, s3) = halves_ps(hi[t]);
-                let mut sum = $reduce([s0, s1, s2, s3]) as f64;
-                let xt = &x[t * stride..t * stride + n];
-                for (i, &xi) in (np..n).zip(&xt[np..]) {
-                    sum += ($elem(w, i) * xi) as f64;
-                }
-                *o = sum as f32;
+                *o = finish(
+                    lo[t],
+                    hi[t],
+                    w,
+                    &x[t * stride..t * stride + n],
+                    np,
+                    |s| $reduce(s),
+                    $elem,
+                );
             }
         }
     };
@@ -137,14 +161,8 @@ macro_rules! tile_float16 {
             for (r, o) in out.iter_mut().enumerate() {
                 let row = &w[r * row_bytes..(r + 1) * row_bytes];
                 for (t, ot) in o.iter_mut().enumerate() {
-                    let (s0, s1) = halves_ps(lo[r][t]);
-                    let (s2, s3) = halves_ps(hi[r][t]);
-                    let mut sum = $reduce([s0, s1, s2, s3]) as f64;
                     let xt = &x[t * stride..t * stride + n];
-                    for (i, &xi) in (np..n).zip(&xt[np..]) {
-                        sum += ($elem(row, i) * xi) as f64;
-                    }
-                    *ot = sum as f32;
+                    *ot = finish(lo[r][t], hi[r][t], row, xt, np, |s| $reduce(s), $elem);
                 }
             }
         }
@@ -215,14 +233,8 @@ macro_rules! tile4_float16 {
                 for (r, o) in out.iter_mut().enumerate() {
                     let row = &w[r * row_bytes..(r + 1) * row_bytes];
                     for t in 0..4 {
-                        let (s0, s1) = halves_ps(lo[r][t]);
-                        let (s2, s3) = halves_ps(hi[r][t]);
-                        let mut sum = $reduce([s0, s1, s2, s3]) as f64;
                         let xt = &xs[t * stride..t * stride + n];
-                        for (i, &xi) in (np..n).zip(&xt[np..]) {
-                            sum += ($elem(row, i) * xi) as f64;
-                        }
-                        o[t0 + t] = sum as f32;
+                        o[t0 + t] = finish(lo[r][t], hi[r][t], row, xt, np, |s| $reduce(s), $elem);
                     }
                 }
             }
