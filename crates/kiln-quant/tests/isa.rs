@@ -148,11 +148,9 @@ const AVX512_KERNELS: &[(&str, GgmlType)] = &[
     ("dot8r4", GgmlType::Q4_1),
     ("dot4", GgmlType::F16),
     ("dot8", GgmlType::F16),
-    ("dot8r2", GgmlType::F16),
     ("dot8r4", GgmlType::F16),
     ("dot4", GgmlType::BF16),
     ("dot8", GgmlType::BF16),
-    ("dot8r2", GgmlType::BF16),
     ("dot8r4", GgmlType::BF16),
 ];
 

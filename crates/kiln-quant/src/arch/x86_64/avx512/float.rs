@@ -1,5 +1,5 @@
 //! AVX-512 GEMM micro-kernels of the 16-bit float weight types (F16, BF16): one weight row
-//! against four or eight tokens, and two rows against eight.
+//! against four or eight tokens, and four rows against eight.
 //!
 //! Each keeps the float operations of the single dot (`super::super::avx2::float`)
 //! exactly. That dot keeps four 8-lane accumulators, `s[j]` taking elements
@@ -9,12 +9,12 @@
 //! is its tail. Weights are widened once per step for all the tokens; activations are read
 //! widened (`ActRows::sc`, exact).
 //!
-//! The two-row tiles (`dot8r2`) walk the two rows twice: once for the `s[0] | s[1]`
-//! accumulators of all eight tokens, once for the `s[2] | s[3]` ones, sixteen `zmm` each
-//! time. Each activation vector is then loaded once for both rows and each weight vector
-//! widened once for all eight tokens, where the one-row kernel loads an activation vector
-//! per FMA (Qwen2.5-Coder-0.5B in F16, its matrices for eight tokens, two threads:
-//! 122.7 → 92.4 ms with the prefetch below; docs/kernels.md, "A few tokens on AVX-512").
+//! The four-row tiles (`dot8r4`) walk their rows four times: for the `s[0] | s[1]`
+//! accumulators and then the `s[2] | s[3]` ones, of tokens 0–3 and then 4–7, sixteen `zmm`
+//! (four rows × four tokens) each time. Each activation vector is then loaded once for four
+//! rows, where the one-row kernel loads one per FMA (Qwen2.5-Coder-0.5B in F16, its
+//! matrices for 64 tokens, two threads: 685 → 430 ms; docs/kernels.md, "A few tokens on
+//! AVX-512"). Rows left after whole groups of four take the one-row `dot8`.
 
 use std::arch::x86_64::*;
 
@@ -100,84 +100,16 @@ macro_rules! dots_float16 {
     };
 }
 
-/// The two-row × eight-token tile of a 16-bit float type (see the module docs): `$half`
-/// walks both rows for one half of every token's accumulators, `$load_at` widens sixteen
-/// weights at a pointer.
-macro_rules! tile_float16 {
-    ($half:ident, $tile:ident, $load_at:ident, $reduce:ident, $elem:ident) => {
-        /// Accumulators `h` (`0`: elements `i .. i + 16` of each 32-element step, `1`:
-        /// `i + 16 .. i + 32`) of rows `w[..]` and `w[row_bytes..]` with the eight tokens
-        /// of `x` (token `t` at `t * stride`), over the first `np` elements (a multiple
-        /// of 32).
-        #[inline]
-        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-        fn $half(
-            w: &[u8],
-            row_bytes: usize,
-            x: &[f32],
-            stride: usize,
-            np: usize,
-            h: usize,
-        ) -> [[__m512; 8]; 2] {
-            assert!(np.is_multiple_of(32) && h < 2);
-            assert!(row_bytes + 2 * np <= w.len() && 7 * stride + np <= x.len());
-            let (w0, xp) = (w.as_ptr(), x.as_ptr());
-            let mut acc = [[_mm512_setzero_ps(); 8]; 2];
-            let mut i = 16 * h;
-            while i < np {
-                if h == 0 {
-                    // The same step of the next row pair (rows are contiguous), so the
-                    // pairs after this one stream in while it is computed; a hint, formed
-                    // with `wrapping_add`, never dereferenced.
-                    let p = w0.wrapping_add(8 * row_bytes + 2 * i);
-                    _mm_prefetch::<_MM_HINT_T0>(p.cast());
-                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(row_bytes).cast());
-                }
-                // SAFETY: `i + 16 <= np`, so the 32 bytes at `2i` of both rows and the 16
-                // floats at `i` of every token are in bounds (asserted above); the loads
-                // are unaligned.
-                unsafe {
-                    let a = $load_at(w0.add(2 * i));
-                    let b = $load_at(w0.add(row_bytes + 2 * i));
-                    for t in 0..8 {
-                        let xv = _mm512_loadu_ps(xp.add(t * stride + i));
-                        acc[0][t] = _mm512_fmadd_ps(a, xv, acc[0][t]);
-                        acc[1][t] = _mm512_fmadd_ps(b, xv, acc[1][t]);
-                    }
-                }
-                i += 32;
-            }
-            acc
-        }
-
-        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-        pub(crate) fn $tile(w: &[u8], row_bytes: usize, a: ActRows<'_>, out: &mut [[f32; 8]; 2]) {
-            let n = row_bytes / 2;
-            let np = n & !31;
-            let stride = a.sc_stride;
-            let x = &a.sc[..7 * stride + n];
-            let lo = $half(w, row_bytes, x, stride, np, 0);
-            let hi = $half(w, row_bytes, x, stride, np, 1);
-            for (r, o) in out.iter_mut().enumerate() {
-                let row = &w[r * row_bytes..(r + 1) * row_bytes];
-                for (t, ot) in o.iter_mut().enumerate() {
-                    let xt = &x[t * stride..t * stride + n];
-                    *ot = finish(lo[r][t], hi[r][t], row, xt, np, |s| $reduce(s), $elem);
-                }
-            }
-        }
-    };
-}
-
 /// The four-row × eight-token tile of a 16-bit float type: for each half of the
 /// accumulators and each four of the tokens, `$quarter` walks the four rows with sixteen
 /// accumulators (four rows × four tokens), so each activation vector is loaded once for
-/// four rows. Against the two-row tile that halves the activation reads, which for long
-/// rows (eight tokens of 4,864 columns are 155 KB, read from L2) set its pace.
+/// four rows, which for long rows (eight tokens of 4,864 columns are 155 KB, read from L2)
+/// sets the pace.
 macro_rules! tile4_float16 {
     ($quarter:ident, $tile:ident, $load_at:ident, $reduce:ident, $elem:ident) => {
-        /// Accumulators `h` (as `tile_float16`'s halves) of rows `w[r * row_bytes..]`
-        /// (four) and tokens `x[t * stride..]` (four), over the first `np` elements.
+        /// Accumulators `h` (`0`: elements `i .. i + 16` of each 32-element step, `1`:
+        /// `i + 16 .. i + 32`) of rows `w[r * row_bytes..]` (four) and tokens
+        /// `x[t * stride..]` (four), over the first `np` elements (a multiple of 32).
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
         fn $quarter(
@@ -267,18 +199,10 @@ unsafe fn load_bf16x16_at(p: *const u8) -> __m512 {
 
 dots_float16!(dots_f16, load_f16x16_at, reduce4, f16_at);
 dots_float16!(dots_bf16, load_bf16x16_at, reduce_bf16, bf16_at);
-tile_float16!(half_f16, dot8r2_f16, load_f16x16_at, reduce4, f16_at);
 tile4_float16!(quarter_f16, dot8r4_f16, load_f16x16_at, reduce4, f16_at);
 tile4_float16!(
     quarter_bf16,
     dot8r4_bf16,
-    load_bf16x16_at,
-    reduce_bf16,
-    bf16_at
-);
-tile_float16!(
-    half_bf16,
-    dot8r2_bf16,
     load_bf16x16_at,
     reduce_bf16,
     bf16_at

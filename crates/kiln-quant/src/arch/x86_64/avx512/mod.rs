@@ -74,11 +74,9 @@ pub(crate) const fn table(parent: Kernels) -> Kernels {
     // 16-bit floats: the weights widened once per step for four or eight tokens.
     k.set_dot4(F16, float::dot4_f16);
     k.set_dot8(F16, float::dot8_f16);
-    k.set_dot8r2(F16, float::dot8r2_f16);
     k.set_dot8r4(F16, float::dot8r4_f16);
     k.set_dot4(BF16, float::dot4_bf16);
     k.set_dot8(BF16, float::dot8_bf16);
-    k.set_dot8r2(BF16, float::dot8r2_bf16);
     k.set_dot8r4(BF16, float::dot8r4_bf16);
     k
 }
