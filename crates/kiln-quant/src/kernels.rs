@@ -408,12 +408,30 @@ impl Kernels {
             unsafe { (tile.f)(w, rb, acts.rows(a), &mut out) };
             return Ok(out);
         }
-        let Some(q) = self.weights[wt as usize].dot8r4_grouped else {
-            let mut out = [[0.0; 8]; 4];
-            for (r, o) in out.iter_mut().enumerate() {
-                *o = self.dot8(ty, &w[r * rb..(r + 1) * rb], a)?;
-            }
+        if let Some(out) = self.dot8r4_laid_out(ty, w, a)? {
             return Ok(out);
+        }
+        let mut out = [[0.0; 8]; 4];
+        for (r, o) in out.iter_mut().enumerate() {
+            *o = self.dot8(ty, &w[r * rb..(r + 1) * rb], a)?;
+        }
+        Ok(out)
+    }
+
+    /// [`Kernels::dot8r4`] by the tile over rows laid out once per row block, when this
+    /// table has one for `ty` (`None` otherwise): a type with both tiles runs this one for
+    /// GEMM tasks of many tokens and the one over rows as stored, which [`Kernels::dot8r4`]
+    /// answers with, for few.
+    pub fn dot8r4_laid_out(
+        &self,
+        ty: GgmlType,
+        w: &[u8],
+        a: &[u8],
+    ) -> Result<Option<[[f32; 8]; 4]>, QuantError> {
+        let wt = wtype(ty)?;
+        let rb = whole_rows(ty, w, 4, "weight bytes (not four whole rows)")?;
+        let Some(q) = self.weights[wt as usize].dot8r4_grouped else {
+            return Ok(None);
         };
         let acts = Acts8::new(wt, ty, &w[..rb], a)?;
         // As the matmul driver: the four rows unpacked, then the tile over them.
@@ -425,7 +443,7 @@ impl Kernels {
             (q.unpack.f)(w, rb, &mut wu);
             (q.tile.f)(&wu, acts.rows(a), &mut out);
         }
-        Ok(out)
+        Ok(Some(out))
     }
 
     /// Whether this table has a four-row × eight-token GEMM tile for `ty`.

@@ -510,6 +510,17 @@ pub(crate) const UNPACK_MIN_GROUPS: usize = 4;
 /// Q8_0, two threads, alternated runs: two tokens 50 ms with the layout, 26 as GEMVs; four
 /// 48 against 42; five and eight about even, 49–51 against 51–55; sixteen 77 against 114).
 pub(crate) const QUAD_MIN_TOKENS: usize = 5;
+/// Most tokens in a GEMM task for which a type with both a four-row tile over rows laid
+/// out per row block (`dot8r4_grouped`) and one over rows as stored (`dot8r4`) takes the
+/// latter. With one or two groups of eight tokens the layout is a pass over weights that
+/// come from memory, which overlaps no arithmetic, while the tile over stored rows streams
+/// them (prefetching the next row group) as it computes; with more groups each laid-out
+/// row serves more tokens and its cheaper inner loop wins. AVX-512 Q8_0, one thread,
+/// best of runs: the 151,936 × 896 output matrix of Qwen2.5-0.5B (from memory) with eight
+/// tokens 29.3 ms laid out against 18.8 as stored, sixteen 41.6 against 36.5, 24 even
+/// (53.2), 32 65.8 against 70.3; an 896 × 4864 matrix in cache with sixteen tokens 0.82
+/// against 1.00 ms.
+const PACKED_MAX_TOKENS: usize = 16;
 /// Fewest rows in a GEMM row block.
 const ROW_BLOCK_MIN: usize = 4;
 /// GEMM tasks per thread (claimed dynamically, so a late thread delays the matmul by one).
@@ -686,8 +697,12 @@ unsafe fn gemm_tile(
         .dot8_unpacked
         .filter(|_| dot8.is_none() || (t1 - t0).div_ceil(8) >= UNPACK_MIN_GROUPS)
         .map(|(u, d)| (u.f, d.f));
-    // Rows laid out in groups of four pay for their layout over five tokens or more.
-    let quad = wk.dot8r4_grouped.filter(|_| t1 - t0 >= QUAD_MIN_TOKENS);
+    // Rows laid out in groups of four pay for their layout over five tokens or more, and
+    // for a type that also has a four-row tile over rows as stored, over more than
+    // `PACKED_MAX_TOKENS`.
+    let quad = wk.dot8r4_grouped.filter(|_| {
+        t1 - t0 >= QUAD_MIN_TOKENS && (wk.dot8r4.is_none() || t1 - t0 > PACKED_MAX_TOKENS)
+    });
     let pair_unpacked = wk.dot8r2_unpacked;
     let nb = w.cols / w.ty.block_elems();
     let block_row_bytes = if let Some(q) = quad {

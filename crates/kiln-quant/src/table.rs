@@ -190,52 +190,64 @@ pub(crate) fn interleave8_q8k(rows: &[u8], stride: usize, nb: usize, out: &mut [
     }
 }
 
-/// Bytes per value block of the layouts of [`interleave8_q80`] and [`interleave8_q81`]: eight
-/// tokens' 32 values.
+/// Bytes per value block of the layout of [`interleave8_q81`], and of the values of
+/// [`interleave8_q80`]'s: eight tokens' 32 values.
 pub(crate) const Q808_BLOCK_BYTES: usize = 8 * 32;
+
+/// Bytes per block of [`interleave8_q80`]'s layout: eight tokens' 32 values, then their
+/// quads' sums.
+pub(crate) const Q80_LAY_BLOCK_BYTES: usize = 2 * Q808_BLOCK_BYTES;
 
 /// Bytes of the `lay8` layout of one group of eight activation rows of `nb` blocks of `a`
 /// (zero for the types that have none).
 pub(crate) fn lay8_group_bytes(a: AType, nb: usize) -> usize {
     match a {
         AType::Q8_K => nb * Q8K8_BLOCK_BYTES,
-        AType::Q8_0 => (nb * Q808_BLOCK_BYTES + nb).next_multiple_of(64),
+        AType::Q8_0 => (nb * Q80_LAY_BLOCK_BYTES + nb).next_multiple_of(64),
         AType::Q8_1 => nb * Q808_BLOCK_BYTES,
         _ => 0,
     }
 }
 
-/// Block `i`'s 32 values of token `t` (`qs`) into a group's block of the layouts of
-/// [`interleave8_q80`] and [`interleave8_q81`] (`o`, 256 bytes), XOR `flip`.
-fn lanes_of_token(qs: &[i8; 32], t: usize, flip: u8, o: &mut [u8]) {
-    for q in 0..8 {
-        let at = 64 * (q % 4) + 4 * (2 * t + q / 4);
-        for (d, &y) in o[at..at + 4].iter_mut().zip(&qs[4 * q..4 * q + 4]) {
-            *d = (y as u8) ^ flip;
-        }
-    }
+/// Where quad `q` (values `4q..4q + 4`) of token `t`'s block goes in a group's block of the
+/// layout of [`interleave8_q81`]: vector `q mod 4`, 32-bit lane `2t + q / 4`, as a byte
+/// offset.
+#[inline(always)]
+fn quad_lane(t: usize, q: usize) -> usize {
+    64 * (q % 4) + 4 * (2 * t + q / 4)
 }
 
 /// Lays out eight Q8_0 rows (`rows`, row `t` at `t * stride`, `nb` blocks each) for the
-/// AVX-512 four-row tile of the signed-weight types, [`lay8_group_bytes`] in all: block `i`
-/// at `256 i` as four 64-byte vectors, vector `k` holding in its 32-bit lane `2t + h` the
-/// four values `4 (k + 4h) ..` of token `t`'s block (its quad `k + 4h`), offset to unsigned
-/// bytes (`y + 128`, so `y ^ 0x80`); then from `256 nb` one byte per block, 1 where some
-/// token's block holds a `-128` (which AVX2's sign trick treats apart), else 0.
+/// AVX-512 four-row tiles of the signed-weight types, [`lay8_group_bytes`] in all: block `i`
+/// at [`Q80_LAY_BLOCK_BYTES`]` · i` as four 64-byte vectors, vector `k` holding in its
+/// 64-bit lane `t` token `t`'s values `8k..8k + 8` (its quads `2k` and `2k + 1`) as signed
+/// bytes, then four more vectors holding in their 32-bit lanes `2t + h` the negated sums of
+/// quad `2k + h` as `i32` (the tiles' offset for weights stored as unsigned codes); then
+/// from [`Q80_LAY_BLOCK_BYTES`]` · nb` one byte per block, 1 where some token's block holds
+/// a `-128` (which AVX2's sign trick treats apart), else 0.
 pub(crate) fn interleave8_q80(rows: &[u8], stride: usize, nb: usize, out: &mut [u8]) {
     use crate::blocks::{BlockQ8_0, as_blocks};
     let out = &mut out[..lay8_group_bytes(AType::Q8_0, nb)];
-    let (vals, flags) = out.split_at_mut(nb * Q808_BLOCK_BYTES);
+    let (vals, flags) = out.split_at_mut(nb * Q80_LAY_BLOCK_BYTES);
     flags.fill(0);
     for t in 0..8 {
         let row: &[BlockQ8_0] =
             as_blocks(&rows[t * stride..t * stride + nb * size_of::<BlockQ8_0>()]);
         for (i, (b, o)) in row
             .iter()
-            .zip(vals.chunks_exact_mut(Q808_BLOCK_BYTES))
+            .zip(vals.chunks_exact_mut(Q80_LAY_BLOCK_BYTES))
             .enumerate()
         {
-            lanes_of_token(&b.qs, t, 0x80, o);
+            let (ys, sums) = o.split_at_mut(Q808_BLOCK_BYTES);
+            for (q, quad) in b.qs.chunks_exact(4).enumerate() {
+                // Vector `q / 2`, 32-bit lane `2t + q mod 2`.
+                let at = 64 * (q / 2) + 4 * (2 * t + q % 2);
+                for (d, &y) in ys[at..at + 4].iter_mut().zip(quad) {
+                    *d = y as u8;
+                }
+                let s: i32 = quad.iter().map(|&y| i32::from(y)).sum();
+                sums[at..at + 4].copy_from_slice(&(-s).to_le_bytes());
+            }
             if b.qs.contains(&i8::MIN) {
                 flags[i] = 1;
             }
@@ -244,8 +256,9 @@ pub(crate) fn interleave8_q80(rows: &[u8], stride: usize, nb: usize, out: &mut [
 }
 
 /// Lays out eight Q8_1 rows (`rows`, row `t` at `t * stride`, `nb` blocks each) for the
-/// AVX-512 four-row tile of Q4_1: the lanes of [`interleave8_q80`], the values as they are
-/// (signed), and no flags.
+/// AVX-512 four-row tile of Q4_1, [`Q808_BLOCK_BYTES`] per block: four 64-byte vectors,
+/// vector `k` holding in its 32-bit lane `2t + h` the four values `4 (k + 4h) ..` of token
+/// `t`'s block (its quad `k + 4h`) as signed bytes.
 pub(crate) fn interleave8_q81(rows: &[u8], stride: usize, nb: usize, out: &mut [u8]) {
     use crate::blocks::{BlockQ8_1, as_blocks};
     let out = &mut out[..lay8_group_bytes(AType::Q8_1, nb)];
@@ -253,7 +266,12 @@ pub(crate) fn interleave8_q81(rows: &[u8], stride: usize, nb: usize, out: &mut [
         let row: &[BlockQ8_1] =
             as_blocks(&rows[t * stride..t * stride + nb * size_of::<BlockQ8_1>()]);
         for (b, o) in row.iter().zip(out.chunks_exact_mut(Q808_BLOCK_BYTES)) {
-            lanes_of_token(&b.qs, t, 0, o);
+            for q in 0..8 {
+                let at = quad_lane(t, q);
+                for (d, &y) in o[at..at + 4].iter_mut().zip(&b.qs[4 * q..4 * q + 4]) {
+                    *d = y as u8;
+                }
+            }
         }
     }
 }
@@ -369,7 +387,10 @@ impl Kernels {
         WType::ALL.iter().any(|&w| {
             let k = &self.weights[w as usize];
             w.act() == a
-                && (k.dot8r2_unpacked.is_some() || k.dot8r4_grouped.is_some() || k.dot8_reads_lay8)
+                && (k.dot8r2_unpacked.is_some()
+                    || k.dot8r4_grouped.is_some()
+                    || k.dot8r4.is_some()
+                    || k.dot8_reads_lay8)
         })
     }
 

@@ -352,6 +352,18 @@ fn dot8r4_equals_thirty_two_single_dots_bit_for_bit() {
 }
 
 #[test]
+fn dot8r4_over_laid_out_rows_equals_thirty_two_single_dots_bit_for_bit() {
+    // Types with both four-row tiles (AVX-512 Q8_0) run this one for many tokens; for the
+    // others it is the tile `dot8r4` answers with, or four `dot8` calls.
+    check_tile::<4>("dot8r4 laid out", 2, |k, ty, w, a| {
+        match k.dot8r4_laid_out(ty, w, a).expect("dot8r4_laid_out") {
+            Some(out) => out,
+            None => k.dot8r4(ty, w, a).expect("dot8r4"),
+        }
+    });
+}
+
+#[test]
 fn dotr4_equals_four_single_dots_bit_for_bit() {
     for ty in weight_types() {
         let act = vec_dot_type(ty).expect("supported");
@@ -483,7 +495,7 @@ fn arbitrary_act_row(act: GgmlType, n_blocks: usize, rng: &mut SeedRng) -> Vec<u
 fn every_isa_dot_equals_scalar_on_arbitrary_activation_bytes() {
     // Quantized activations hold -128 only for non-finite inputs; the sign trick of ggml's
     // AVX2 code treats it specially, and every ISA must reproduce that (dot, dotr4, dot4, dot8,
-    // dot8r4).
+    // dot8r4 over rows as stored and laid out).
     for ty in weight_types().into_iter().filter(|t| t.block_elems() > 1) {
         let act = vec_dot_type(ty).expect("supported");
         for (seed, nb) in [(1u64, 1usize), (2, 3), (3, 8)] {
@@ -513,10 +525,20 @@ fn every_isa_dot_equals_scalar_on_arbitrary_activation_bytes() {
                 let got8r4 = k
                     .dot8r4(ty, &wrows.concat(), &arows.concat())
                     .expect("dot8r4");
+                let laid_out = k
+                    .dot8r4_laid_out(ty, &wrows.concat(), &arows.concat())
+                    .expect("dot8r4_laid_out");
                 for (r, got) in got8r4.iter().enumerate() {
                     for (t, g) in got.iter().enumerate() {
                         let one = scalar().dot(ty, &wrows[r], &arows[t]).expect("dot");
                         assert_eq!(g.to_bits(), one.to_bits(), "{isa} dot8r4 {ty} r{r} t{t}");
+                        if let Some(l) = laid_out {
+                            assert_eq!(
+                                l[r][t].to_bits(),
+                                one.to_bits(),
+                                "{isa} dot8r4 laid out {ty} r{r} t{t}"
+                            );
+                        }
                     }
                 }
                 let gotr4 = k.dotr4(ty, &wrows.concat(), &arows[0]).expect("dotr4");

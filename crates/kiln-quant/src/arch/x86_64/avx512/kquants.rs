@@ -32,7 +32,9 @@
 use std::arch::x86_64::*;
 
 use super::util::*;
-use crate::arch::x86_64::avx2::util::{f16_to_f32, f16x2_to_f32, hsum_f32x4, hsum_f32x8};
+use crate::arch::x86_64::avx2::util::{
+    f16_to_f32, f16x2_to_f32, hsum_f32x4, hsum_f32x8, prefetch_group_ahead,
+};
 use crate::blocks::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, as_blocks, q4k_scales_mins};
 use crate::table::{ActRows, Q8K8_BLOCK_BYTES};
 
@@ -276,6 +278,9 @@ pub(crate) fn unpack_pair_q4_k(w: &[u8], row_bytes: usize, out: &mut [u8]) {
     // The activation offset, as unsigned bytes.
     let c128 = _mm512_set1_epi8(i8::MIN);
     for (i, o) in out.chunks_exact_mut(Q4K_PAIR_BLOCK_BYTES).enumerate() {
+        // The pair two pairs on (the rows are contiguous): the layout is a pass over rows
+        // coming from memory with no arithmetic to hide the wait behind.
+        prefetch_group_ahead(w[0].as_ptr().cast(), 2, nb, size_of::<BlockQ4K>(), i);
         let x = [&w[0][i], &w[1][i]];
         let mut q = [z; 8];
         for j in 0..4 {

@@ -23,28 +23,20 @@
 use std::arch::x86_64::*;
 
 use super::util::*;
-use crate::arch::x86_64::avx2::legacy::{unpack_q4_0_block, unpack_q5_0_block};
 use crate::arch::x86_64::avx2::util::{
     f16_to_f32, f16x2_to_f32, hsum_f32x8, load_f32x8, nibbles32, prefetch_group_ahead,
     splat_opaque, weight_rows,
 };
 use crate::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0, BlockQ8_1, as_blocks};
-use crate::table::{ActRows, Q808_BLOCK_BYTES};
+use crate::table::{ActRows, Q80_LAY_BLOCK_BYTES, Q808_BLOCK_BYTES};
 
 // ------------------------------------------------- signed weights × Q8_0 (Q4_0, Q5_0, Q8_0)
-
-/// A block's 32 values as signed bytes and `f16(d)` widened (the AVX2 unpacking).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn unpack_q8_0(x: &BlockQ8_0) -> (__m256i, f32) {
-    (load256(&x.qs), f16_to_f32(x.d))
-}
 
 // ------------------------------------- four rows × eight tokens, the tokens across the lanes
 
 /// Bytes per block column of four rows in the layout of [`unpack_quad`]: per row its 32
-/// values and eight `i32` quad offsets, and its `d`.
-pub(crate) const QUAD_BLOCK_BYTES: usize = 4 * (32 + 32 + 4);
+/// values as stored codes (unsigned bytes), and its `d`.
+pub(crate) const QUAD_BLOCK_BYTES: usize = 4 * (32 + 4);
 
 /// For a four-row layout: how many rows `w` holds (one to four, `row_bytes` apart; checked),
 /// their blocks per row (`block` bytes each), and the group's layout in `out` (`per_block`
@@ -68,33 +60,28 @@ fn quad_layout<'a>(
 
 /// Lays out one to four rows of a signed-weight type (`w`, `row_bytes` apart) for
 /// [`tile8r4_quad`], [`QUAD_BLOCK_BYTES`] per block column (the group rounded up to whole
-/// 64-byte lines): block `i` at `256 i`, row `r` of it at `64 r` as the block's 32 values
-/// (`unpack`'s signed bytes) with quads `k` and `k + 4` side by side as the `k`th eight
-/// bytes, then the quads' offsets `-128 · (sum of the quad)` as `i32` in the same order;
-/// the rows' `d` from `256 nb`, block `i`'s four at `256 nb + 16 i`. Missing rows are zeros.
+/// 64-byte lines): block `i` at `128 i`, row `r` of it at `32 r` as the block's 32 codes in
+/// order (`code`'s unsigned bytes, the value plus the type's offset `2^SH`); the rows' `d`
+/// from `128 nb`, block `i`'s four at `128 nb + 16 i`. Missing rows are zeros.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn unpack_quad<W: bytemuck::Pod>(
     w: &[u8],
     row_bytes: usize,
     out: &mut [u8],
-    unpack: impl Fn(&W) -> (__m256i, f32),
+    code: impl Fn(&W) -> (__m256i, f32),
 ) {
     let (n, nb, out) = quad_layout(w, row_bytes, size_of::<W>(), QUAD_BLOCK_BYTES, out);
-    let (vals, tail) = out.split_at_mut(256 * nb);
-    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    let zero = _mm256_setzero_si256();
-    let c128 = _mm256_set1_epi8(i8::MIN);
+    let (vals, tail) = out.split_at_mut(128 * nb);
     for r in 0..n {
         let row: &[W] = as_blocks(&w[r * row_bytes..(r + 1) * row_bytes]);
         for (i, b) in row.iter().enumerate() {
-            let (x, d) = unpack(b);
-            let xq = _mm256_permutevar8x32_epi32(x, order);
-            // 128 (as an unsigned byte) times each quad's four values, summed: exact.
-            let st = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, c128, xq));
-            let at = 256 * i + 64 * r;
-            store256(&mut vals[at..at + 32], xq);
-            store256(&mut vals[at + 32..at + 64], st);
+            // The group two groups on, a block's worth per block: a layout is a pass over
+            // rows coming from memory with no arithmetic to hide the wait behind.
+            prefetch_group_ahead(w.as_ptr(), 1, 4 * nb, size_of::<W>(), r * nb + i);
+            let (x, d) = code(b);
+            let at = 128 * i + 32 * r;
+            store256(&mut vals[at..at + 32], x);
             tail[16 * i + 4 * r..16 * i + 4 * r + 4].copy_from_slice(&d.to_le_bytes());
         }
     }
@@ -121,64 +108,146 @@ fn splat64_at(s: &[u8], at: usize) -> __m512i {
 
 /// The exact correction of a quirk block's lanes: AVX2's sign trick gives `|x| · -128` for
 /// an activation of `-128` against a negative weight, `256 x` more than the product, so the
-/// lane's sum of such `x` (`y` bytes 0 in the unsigned layout, `x` broadcast) times 256.
+/// lane's sum of such `x` times 256. `wc` holds the weights' codes, `x + 2^SH`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn quirk_quads(yu: __m512i, wx: __m512i) -> __m512i {
+fn quirk_quads<const SH: u32>(y: __m512i, wc: __m512i) -> __m512i {
     let zero = _mm512_setzero_si512();
-    let m = _mm512_cmpeq_epi8_mask(yu, zero) & _mm512_movepi8_mask(wx);
+    // `x = code − 2^SH` as a byte (for `SH = 7`, `code − 128 ≡ code + 128`).
+    let wx = _mm512_sub_epi8(wc, _mm512_set1_epi8((1i32 << SH) as u8 as i8));
+    let m = _mm512_cmpeq_epi8_mask(y, _mm512_set1_epi8(i8::MIN)) & _mm512_movepi8_mask(wx);
     let sel = _mm512_maskz_mov_epi8(m, wx);
     _mm512_slli_epi32::<8>(_mm512_dpbusd_epi32(zero, _mm512_set1_epi8(1), sel))
 }
 
-/// The 4 × 8 GEMM tile of the signed-weight types over four rows laid out by
-/// [`unpack_quad`] and eight Q8_0 activation rows laid out by
-/// [`crate::table::interleave8_q80`] (`yu`), the scales interleaved (`sc8`, block `i`'s
-/// scale of token `t` at `8 i + t`).
+/// One block column of the four-row tile of the signed-weight types: for row `r`, its
+/// codes' quads `2k`, `2k + 1` (`wc(r, k)`, eight bytes in every 64-bit lane) against the
+/// eight tokens' laid-out block `yb` ([`crate::table::interleave8_q80`]), added to
+/// `acc[r][k]` scaled by the row's `dx(r)` times the tokens' scales `dy`.
 ///
-/// The tokens run across the lanes: lane `2t + h` of accumulator `(r, k)` is AVX2's lane
-/// `k + 4h` of row `r`, token `t` (the float sum of its quads `k + 4h`). Per block and row,
-/// one `vpdpbusd` per `k` forms that quad sum for all eight tokens from the unsigned
-/// activations (`y + 128`, one load for the four rows) and the row's two quads of weights
-/// (one 64-bit broadcast), starting from the rows' quad offsets (`-128 · sum x`, broadcast
-/// the same way), so the `i32` lanes are AVX2's exactly; then one conversion and one `fma`
-/// with the row's `dx · dy` for the eight tokens (one product per row and block, the
-/// tokens' scales placed by one permute shared by the rows). No per-token permutes and no
-/// offset work per block remain. A block where some activation is `-128` adds the exact
-/// correction of AVX2's sign trick there ([`quirk_quads`]). At the end `hsum_float_8`'s
-/// tree, `((x0 + x4) + (x2 + x6)) + ((x1 + x5) + (x3 + x7))`, is the neighbouring lanes'
-/// sum and then the accumulators' in that order: AVX2's bits.
+/// Lane `2t + h` of accumulator `(r, k)` is AVX2's lane `2k + h` of row `r`, token `t` (the
+/// float sum of its quad `2k + h`). Per row and `k`, one `vpdpbusd` forms that quad sum for
+/// all eight tokens from the row's codes (the unsigned operand) and the signed activations,
+/// starting from the activations' quad offsets `−2^SH · sum y` (loaded and shifted once per
+/// block, shared by the rows), so the `i32` lanes are AVX2's exactly; then one conversion
+/// and one `fma` with the row's `dx · dy` for the eight tokens. A block where some
+/// activation is `-128` (`quirk`) adds the exact correction of AVX2's sign trick there
+/// ([`quirk_quads`]).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn tile8r4_quad(wu: &[u8], yu: &[u8], sc8: &[f32]) -> [[f32; 8]; 4] {
-    let nb = sc8.len() / 8;
-    assert!(wu.len() >= nb * QUAD_BLOCK_BYTES);
-    assert!(yu.len() >= nb * Q808_BLOCK_BYTES + nb);
-    let (vals, tail) = wu.split_at(256 * nb);
-    let (ys, flags) = yu.split_at(Q808_BLOCK_BYTES * nb);
-    let dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-    let mut acc = [[_mm512_setzero_ps(); 4]; 4];
-    for i in 0..nb {
-        let yb: &[u8; Q808_BLOCK_BYTES] = bytes_at(ys, Q808_BLOCK_BYTES * i);
-        let blk: &[u8; 256] = bytes_at(vals, 256 * i);
-        let ds: &[u8; 16] = bytes_at(tail, 16 * i);
-        let y: [__m512i; 4] = std::array::from_fn(|k| load512(&yb[64 * k..64 * k + 64]));
-        let dy = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(load_f32x8(&sc8[8 * i..])));
-        let quirk = flags[i] != 0;
-        for (r, acc) in acc.iter_mut().enumerate() {
-            let d = _mm512_mul_ps(_mm512_set1_ps(f32_at(ds, 4 * r)), dy);
-            for (k, acc) in acc.iter_mut().enumerate() {
-                let at = 64 * r + 8 * k;
-                let (wx, st) = (splat64_at(blk, at), splat64_at(blk, at + 32));
-                let mut s = _mm512_dpbusd_epi32(st, y[k], wx);
-                if quirk {
-                    s = _mm512_add_epi32(s, quirk_quads(y[k], wx));
-                }
-                *acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), *acc);
+fn tile_block<const SH: u32>(
+    acc: &mut [[__m512; 4]; 4],
+    yb: &[u8; Q80_LAY_BLOCK_BYTES],
+    dy: __m512,
+    quirk: bool,
+    dx: impl Fn(usize) -> f32,
+    wc: impl Fn(usize, usize) -> __m512i,
+) {
+    let y: [__m512i; 4] = std::array::from_fn(|k| load512(&yb[64 * k..64 * k + 64]));
+    let off: [__m512i; 4] = std::array::from_fn(|k| {
+        _mm512_slli_epi32::<SH>(load512(&yb[256 + 64 * k..256 + 64 * k + 64]))
+    });
+    for (r, acc) in acc.iter_mut().enumerate() {
+        let d = _mm512_mul_ps(_mm512_set1_ps(dx(r)), dy);
+        for (k, acc) in acc.iter_mut().enumerate() {
+            let c = wc(r, k);
+            let mut s = _mm512_dpbusd_epi32(off[k], c, y[k]);
+            if quirk {
+                s = _mm512_add_epi32(s, quirk_quads::<SH>(y[k], c));
             }
+            *acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), *acc);
         }
     }
-    std::array::from_fn(|r| hsum_lanes8(&acc[r]))
+}
+
+/// The tokens' scales of block `i` (`sc8`, block `i`'s scale of token `t` at `8 i + t`) in
+/// lanes `2t` and `2t + 1`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn token_scales(sc8: &[f32], i: usize) -> __m512 {
+    let dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(load_f32x8(&sc8[8 * i..])))
+}
+
+/// The 4 × 8 GEMM tile of the signed-weight types over four rows laid out by
+/// [`unpack_quad`] (codes `x + 2^SH`: Q4_0 `SH = 3`, Q5_0 4, Q8_0 7) and eight Q8_0
+/// activation rows laid out by [`crate::table::interleave8_q80`] (`yu`), the scales
+/// interleaved (`sc8`): [`tile_block`] per block column, then [`hsum_pairs8`]. AVX2's bits.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn tile8r4_quad<const SH: u32>(wu: &[u8], yu: &[u8], sc8: &[f32]) -> [[f32; 8]; 4] {
+    let nb = sc8.len() / 8;
+    assert!(wu.len() >= nb * QUAD_BLOCK_BYTES);
+    assert!(yu.len() >= nb * Q80_LAY_BLOCK_BYTES + nb);
+    let (vals, tail) = wu.split_at(128 * nb);
+    let (ys, flags) = yu.split_at(Q80_LAY_BLOCK_BYTES * nb);
+    let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+    for (i, &flag) in flags[..nb].iter().enumerate() {
+        let blk: &[u8; 128] = bytes_at(vals, 128 * i);
+        let ds: &[u8; 16] = bytes_at(tail, 16 * i);
+        tile_block::<SH>(
+            &mut acc,
+            bytes_at(ys, Q80_LAY_BLOCK_BYTES * i),
+            token_scales(sc8, i),
+            flag != 0,
+            |r| f32_at(ds, 4 * r),
+            |r, k| splat64_at(blk, 32 * r + 8 * k),
+        );
+    }
+    std::array::from_fn(|r| hsum_pairs8(&acc[r]))
+}
+
+/// The 4 × 8 GEMM tile of Q8_0 over four rows as stored (`w`, `row_bytes` apart; no layout
+/// pass): [`tile_block`] per block column with each row's codes `x + 128` formed as they
+/// are broadcast (the values with the sign bit flipped) and its `d` widened in place, the
+/// next row group prefetched as the GEMVs do; then [`hsum_pairs8`]. AVX2's bits.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn tile8r4_q8_0(w: &[u8], row_bytes: usize, yu: &[u8], sc8: &[f32]) -> [[f32; 8]; 4] {
+    let nb = sc8.len() / 8;
+    assert!(yu.len() >= nb * Q80_LAY_BLOCK_BYTES + nb);
+    let (ys, flags) = yu.split_at(Q80_LAY_BLOCK_BYTES * nb);
+    let rows: [&[BlockQ8_0]; 4] = std::array::from_fn(|r| {
+        as_blocks(&w[r * row_bytes..r * row_bytes + nb * size_of::<BlockQ8_0>()])
+    });
+    let flip = _mm512_set1_epi8(i8::MIN);
+    let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+    for i in 0..nb {
+        prefetch_group_ahead(w.as_ptr(), 4, nb, size_of::<BlockQ8_0>(), i);
+        tile_block::<7>(
+            &mut acc,
+            bytes_at(ys, Q80_LAY_BLOCK_BYTES * i),
+            token_scales(sc8, i),
+            flags[i] != 0,
+            |r| f16_to_f32(rows[r][i].d),
+            |r, k| {
+                let q: &[u8; 8] = bytes_at(bytemuck::cast_slice(&rows[r][i].qs), 8 * k);
+                _mm512_xor_si512(_mm512_set1_epi64(i64::from_le_bytes(*q)), flip)
+            },
+        );
+    }
+    std::array::from_fn(|r| hsum_pairs8(&acc[r]))
+}
+
+/// The eight tokens' `hsum_float_8` of a row's accumulators in the pairs layout (lane
+/// `2t + h` of `acc[k]`: token `t`'s AVX2 lane `2k + h`): `(x0 + x4) + (x2 + x6)` and
+/// `(x1 + x5) + (x3 + x7)` lane by lane as `(acc0 + acc2) + (acc1 + acc3)`, then the two:
+/// AVX2's tree.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn hsum_pairs8(acc: &[__m512; 4]) -> [f32; 8] {
+    let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14);
+    let s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3]));
+    let h = _mm512_add_ps(s, _mm512_permute_ps::<0xB1>(s));
+    let mut o = [0.0f32; 8];
+    // SAFETY: `o` is 8 writable floats; unaligned store.
+    unsafe {
+        _mm256_storeu_ps(
+            o.as_mut_ptr(),
+            _mm512_castps512_ps256(_mm512_permutexvar_ps(even, h)),
+        )
+    };
+    o
 }
 
 /// The eight tokens' `hsum_float_8` of a row's accumulators in the tokens-across-lanes
@@ -202,28 +271,56 @@ fn hsum_lanes8(acc: &[__m512; 4]) -> [f32; 8] {
     o
 }
 
-/// The four-row tile over [`unpack_quad`]'s layout (`wu`) with eight Q8_0 activation rows.
+/// The four-row tile over [`unpack_quad_q4_0`]'s layout (`wu`) with eight Q8_0 activation
+/// rows.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) fn dot8r4_quad(wu: &[u8], a: ActRows<'_>, out: &mut [[f32; 8]; 4]) {
-    *out = tile8r4_quad(wu, a.lay8, a.sc8);
+pub(crate) fn dot8r4_quad_q4_0(wu: &[u8], a: ActRows<'_>, out: &mut [[f32; 8]; 4]) {
+    *out = tile8r4_quad::<3>(wu, a.lay8, a.sc8);
 }
 
-/// Q4_0 rows laid out for [`dot8r4_quad`].
+/// The four-row tile over [`unpack_quad_q5_0`]'s layout.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn dot8r4_quad_q5_0(wu: &[u8], a: ActRows<'_>, out: &mut [[f32; 8]; 4]) {
+    *out = tile8r4_quad::<4>(wu, a.lay8, a.sc8);
+}
+
+/// The four-row tile over [`unpack_quad_q8_0`]'s layout.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn dot8r4_quad_q8_0(wu: &[u8], a: ActRows<'_>, out: &mut [[f32; 8]; 4]) {
+    *out = tile8r4_quad::<7>(wu, a.lay8, a.sc8);
+}
+
+/// The four-row tile of Q8_0 over rows as stored, with eight Q8_0 activation rows.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) fn dot8r4_q8_0(w: &[u8], row_bytes: usize, a: ActRows<'_>, out: &mut [[f32; 8]; 4]) {
+    *out = tile8r4_q8_0(w, row_bytes, a.lay8, a.sc8);
+}
+
+/// Q4_0 rows laid out for [`dot8r4_quad_q4_0`]: the nibbles, `x + 8`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) fn unpack_quad_q4_0(w: &[u8], row_bytes: usize, out: &mut [u8]) {
-    unpack_quad::<BlockQ4_0>(w, row_bytes, out, |b| unpack_q4_0_block(b));
+    unpack_quad::<BlockQ4_0>(w, row_bytes, out, |b| (nibbles32(&b.qs), f16_to_f32(b.d)));
 }
 
-/// Q5_0 rows laid out for [`dot8r4_quad`].
+/// Q5_0 rows laid out for [`dot8r4_quad_q5_0`]: the nibbles and their fifth bits, `x + 16`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) fn unpack_quad_q5_0(w: &[u8], row_bytes: usize, out: &mut [u8]) {
-    unpack_quad::<BlockQ5_0>(w, row_bytes, out, |b| unpack_q5_0_block(b));
+    unpack_quad::<BlockQ5_0>(w, row_bytes, out, |b| {
+        let hi = _mm256_maskz_set1_epi8(u32::from_le_bytes(b.qh), 0x10);
+        (_mm256_or_si256(nibbles32(&b.qs), hi), f16_to_f32(b.d))
+    });
 }
 
-/// Q8_0 rows laid out for [`dot8r4_quad`].
+/// Q8_0 rows laid out for [`dot8r4_quad_q8_0`]: the values with the sign bit flipped,
+/// `x + 128`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) fn unpack_quad_q8_0(w: &[u8], row_bytes: usize, out: &mut [u8]) {
-    unpack_quad::<BlockQ8_0>(w, row_bytes, out, |b| unpack_q8_0(b));
+    unpack_quad::<BlockQ8_0>(w, row_bytes, out, |b| {
+        (
+            _mm256_xor_si256(load256(&b.qs), _mm256_set1_epi8(i8::MIN)),
+            f16_to_f32(b.d),
+        )
+    });
 }
 
 // ---------------------------------------------------------------- Q4_1 × Q8_1
@@ -251,6 +348,8 @@ pub(crate) fn unpack_quad_q4_1(w: &[u8], row_bytes: usize, out: &mut [u8]) {
     for r in 0..n {
         let row: &[BlockQ4_1] = as_blocks(&w[r * row_bytes..(r + 1) * row_bytes]);
         for (i, b) in row.iter().enumerate() {
+            // As in `unpack_quad`.
+            prefetch_group_ahead(w.as_ptr(), 1, 4 * nb, size_of::<BlockQ4_1>(), r * nb + i);
             let dm = f16x2_to_f32(b.d, b.m);
             let (dx, mx) = (_mm_cvtss_f32(dm), _mm_cvtss_f32(_mm_movehdup_ps(dm)));
             let at = 128 * i + 32 * r;

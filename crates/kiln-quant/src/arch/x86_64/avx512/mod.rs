@@ -56,19 +56,21 @@ pub(crate) const fn table(parent: Kernels) -> Kernels {
     k.set_dot8r4_grouped(
         Q8_0,
         legacy::unpack_quad_q8_0,
-        legacy::dot8r4_quad,
+        legacy::dot8r4_quad_q8_0,
         legacy::QUAD_BLOCK_BYTES,
     );
+    // Q8_0 also reads its rows as stored, for tasks of few tokens (`PACKED_MAX_TOKENS`).
+    k.set_dot8r4(Q8_0, legacy::dot8r4_q8_0);
     k.set_dot8r4_grouped(
         Q4_0,
         legacy::unpack_quad_q4_0,
-        legacy::dot8r4_quad,
+        legacy::dot8r4_quad_q4_0,
         legacy::QUAD_BLOCK_BYTES,
     );
     k.set_dot8r4_grouped(
         Q5_0,
         legacy::unpack_quad_q5_0,
-        legacy::dot8r4_quad,
+        legacy::dot8r4_quad_q5_0,
         legacy::QUAD_BLOCK_BYTES,
     );
     // 16-bit floats: the weights widened once per step for four or eight tokens.
