@@ -340,12 +340,17 @@ impl MatmulScratch {
             // for a GEMM).
             let groups = padded_rows(self.n_tokens) / 8;
             let (rb, buf) = (a.row_bytes(self.cols), &self.acts[i]);
-            // The layouts take fewer bytes than the rows they copy (Q8_K: 272 against 292
-            // per value block and row; Q8_0: 32⅛ against 34; Q8_1: 32 against 36), so
-            // holding the row buffer's capacity makes them grow in the same calls as that
-            // buffer, never in a later step of a size seen before (the zero-allocation tests
-            // of kiln-model and kiln-engine).
-            let cap = buf.capacity().max(groups * per);
+            // Reserving the layout of every block the row buffer's capacity holds makes the
+            // layouts grow in the same calls as that buffer, never in a later step of a size
+            // seen before (the zero-allocation tests of kiln-model and kiln-engine). Q8_K's
+            // and Q8_1's take fewer bytes than the rows they copy (272 against 292 per value
+            // block and row; 32 against 36), Q8_0's more (its quad sums: 64⅛ against 34), at
+            // most a group of one block's layout per eight blocks of rows.
+            let blocks = buf.capacity() / a.row_bytes(a.ggml().block_elems());
+            let cap = buf
+                .capacity()
+                .max(blocks.div_ceil(8) * lay8_group_bytes(a, 1))
+                .max(groups * per);
             let lay8 = &mut self.lay8[i];
             if lay8.capacity() < cap {
                 lay8.reserve_exact(cap - lay8.len());
@@ -646,9 +651,14 @@ fn group_lines(
         // plus one group of the longest such rows (and two groups for the rounding).
         // `raw_bytes` is what a group's block column counts against `ROW_BLOCK_BYTES`,
         // `layout_bytes` what it takes laid out.
-        let most = (ROW_BLOCK_BYTES / raw_bytes + ROW_BLOCK_BYTES / ROW_BLOCK_MIN / raw_bytes + 2)
-            * layout_bytes
-            / 64;
+        // Rounded up to whole 4 KiB, so layouts whose bounds differ only by their rounding
+        // (the four-row ones: 144 bytes per block column, Q4_1's 160) share one capacity
+        // whichever a thread meets first.
+        let most =
+            ((ROW_BLOCK_BYTES / raw_bytes + ROW_BLOCK_BYTES / ROW_BLOCK_MIN / raw_bytes + 2)
+                * layout_bytes
+                / 64)
+                .next_multiple_of(64);
         buf.reserve_exact(lines.max(most).saturating_sub(buf.len()));
         buf.resize(lines, Line64([0; 64]));
     }
