@@ -36,6 +36,22 @@ enum Runner<'k> {
 struct Engine<'k> {
     label: String,
     runner: Runner<'k>,
+    /// Whether its bench takes a context depth (`-d`): ik_llama.cpp's `llama-bench` has
+    /// none, so it runs no depth test and gets no `-d` on the others.
+    depth: bool,
+}
+
+/// Whether the `llama-bench` at `path` takes `-d, --n-depth` (its `--help` lists it).
+fn llama_bench_has_depth(path: &Path) -> bool {
+    Command::new(path)
+        .arg("--help")
+        .output()
+        .is_ok_and(|o| help_lists_depth(&o.stdout) || help_lists_depth(&o.stderr))
+}
+
+/// Whether a `llama-bench --help` text lists the context-depth option.
+fn help_lists_depth(help: &[u8]) -> bool {
+    String::from_utf8_lossy(help).contains("--n-depth")
 }
 
 /// One invocation's tests: prompt lengths, generation length, depth.
@@ -69,8 +85,11 @@ impl Engine<'_> {
             Runner::LlamaBench(p) => Command::new(p),
         };
         cmd.args(["-m", &file.display().to_string(), "-p", &prompts])
-            .args(["-n", &t.n_gen.to_string(), "-d", &t.depth.to_string()])
-            .args(["-t", threads, "-r", &reps.to_string(), "-o", "json"]);
+            .args(["-n", &t.n_gen.to_string()]);
+        if self.depth {
+            cmd.args(["-d", &t.depth.to_string()]);
+        }
+        cmd.args(["-t", threads, "-r", &reps.to_string(), "-o", "json"]);
         let step = "perf --synthetic";
         let m = run_measured(&mut cmd)
             .map_err(|e| failed(step, format!("cannot run {}: {e}", self.label)))?;
@@ -153,6 +172,8 @@ struct Memory {
 struct Report<'a> {
     machine: &'a Machine,
     engines: Vec<String>,
+    /// Engines whose bench takes no context depth (no depth rows).
+    without_depth: Vec<String>,
     bandwidth_bytes_per_s: &'a [(usize, f64)],
     rounds: usize,
     reps_per_round: usize,
@@ -205,6 +226,7 @@ pub fn run(a: &PerfArgs) -> Result<(), XtaskError> {
     let mut engines = vec![Engine {
         label: "kiln".into(),
         runner: Runner::Kiln(&kiln),
+        depth: true,
     }];
     for lb in &a.llama_bench {
         let (label, path) = llama_bench_label(lb);
@@ -214,9 +236,17 @@ pub fn run(a: &PerfArgs) -> Result<(), XtaskError> {
                 path.display()
             )));
         }
+        let depth = llama_bench_has_depth(&path);
+        if !depth {
+            eprintln!(
+                "xtask bench perf: {label}'s llama-bench ({}) takes no -d: no depth rows for it",
+                path.display()
+            );
+        }
         engines.push(Engine {
             label,
             runner: Runner::LlamaBench(path),
+            depth,
         });
     }
     let out = out_dir("perf-synthetic")?;
@@ -269,6 +299,9 @@ pub fn run(a: &PerfArgs) -> Result<(), XtaskError> {
             for k in 0..engines.len() {
                 let e = (k + round) % engines.len();
                 for t in &invocations {
+                    if t.depth > 0 && !engines[e].depth {
+                        continue;
+                    }
                     eprintln!(
                         "xtask bench perf: {} round {}: {} -p {:?} -n {} -d {} -t {threads}",
                         shape.name,
@@ -372,6 +405,11 @@ pub fn run(a: &PerfArgs) -> Result<(), XtaskError> {
     let report = Report {
         machine: &machine,
         engines: labels.clone(),
+        without_depth: engines
+            .iter()
+            .filter(|e| !e.depth)
+            .map(|e| e.label.clone())
+            .collect(),
         bandwidth_bytes_per_s: &bandwidth,
         rounds: rounds_done,
         reps_per_round: a.reps,
@@ -416,6 +454,11 @@ fn write_report(
         if a.quick { "256 MiB" } else { "1 GiB" },
         bw.join(", ")
     ));
+    for l in &report.without_depth {
+        md.push_str(&format!(
+            "- {l}: its `llama-bench` takes no `-d` (context depth): no rows at a depth\n"
+        ));
+    }
     let mut headers: Vec<String> = vec!["shape".into(), "test".into(), "threads".into()];
     headers.extend(labels.iter().map(|l| format!("{l} t/s")));
     headers.extend(
@@ -566,6 +609,22 @@ mod tests {
         assert!(!noisy.tight(), "{noisy:?}");
         let single = Ratio::of(&spread(1, 120.0, 0.0), &spread(1, 100.0, 0.0));
         assert!(single.low.is_none() && !single.tight());
+    }
+
+    #[test]
+    fn a_llama_bench_whose_help_lists_no_n_depth_is_taken_for_one_without_depth() {
+        // Lines of llama.cpp b10573's and ik_llama.cpp's `llama-bench --help`.
+        let p = "  -p, --n-prompt <n>                  (default: 512)\n";
+        let n = "  -n, --n-gen <n>                     (default: 128)\n";
+        let d = "  -d, --n-depth <n>                   (default: 0)\n";
+        let llama = format!("{p}{n}{d}");
+        let ik = format!("{p}{n}");
+        assert!(help_lists_depth(llama.as_bytes()));
+        assert!(!help_lists_depth(ik.as_bytes()));
+        // A bench that cannot be run is not asked for a depth either.
+        assert!(!llama_bench_has_depth(Path::new(
+            "/nonexistent/llama-bench"
+        )));
     }
 
     #[test]
